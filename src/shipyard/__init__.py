@@ -1,0 +1,3 @@
+"""Shipyard: the machinery behind machine-learning models."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""The `shipyard` command: one module per subsystem's sub-commands."""

@@ -1,0 +1,114 @@
+"""`shipyard alias set|history|ls` and `shipyard lineage`."""
+
+import argparse
+import datetime
+
+from shipyard.catalog import LineageEdge
+from shipyard.workspace import Workspace
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    alias = subparsers.add_parser("alias", help="move and inspect aliases (mutable names)")
+    commands = alias.add_subparsers(dest="alias_command", required=True, metavar="COMMAND")
+
+    move = commands.add_parser("set", help="point NAME at an artifact (compare-and-swap)")
+    move.add_argument("name")
+    move.add_argument("ref", help="artifact id, unique prefix or alias")
+    move.add_argument(
+        "--expect",
+        metavar="OLD_ID",
+        help="fail with exit code 3 unless NAME now points at OLD_ID ('none': unset)",
+    )
+    move.set_defaults(func=_set)
+
+    history = commands.add_parser("history", help="every move of NAME, oldest first")
+    history.add_argument("name")
+    history.set_defaults(func=_history)
+
+    ls = commands.add_parser("ls", help="list aliases")
+    ls.set_defaults(func=_ls)
+
+    lineage = subparsers.add_parser("lineage", help="what produced an artifact, or what it fed")
+    lineage.add_argument("ref")
+    direction = lineage.add_mutually_exclusive_group()
+    direction.add_argument(
+        "--up",
+        dest="direction",
+        action="store_const",
+        const="up",
+        help="sources: what produced this (default)",
+    )
+    direction.add_argument(
+        "--down",
+        dest="direction",
+        action="store_const",
+        const="down",
+        help="derivatives: everything produced from this",
+    )
+    lineage.set_defaults(func=_lineage, direction="up")
+
+
+def _set(args: argparse.Namespace) -> int:
+    ws = Workspace.open()
+    target = ws.resolve(args.ref)
+    expect: str | None | bool = True
+    if args.expect is not None:
+        expect = None if args.expect.lower() == "none" else ws.resolve(args.expect)
+    ws.move_alias(args.name, target, expect)
+    print(f"{args.name} → {target}")
+    return 0
+
+
+def _history(args: argparse.Namespace) -> int:
+    for event in Workspace.open().catalog.alias_history(args.name):
+        when = datetime.datetime.fromtimestamp(event.at).isoformat(timespec="seconds")
+        old = event.old_id[:16] if event.old_id else "(new)"
+        print(f"{when}  {old} → {event.new_id[:16]}  by {event.by}")
+    return 0
+
+
+def _ls(args: argparse.Namespace) -> int:
+    for name, target in Workspace.open().catalog.list_aliases().items():
+        print(f"{name}  {target}")
+    return 0
+
+
+def _lineage(args: argparse.Namespace) -> int:
+    ws = Workspace.open()
+    root = ws.resolve(args.ref)
+    edges = ws.catalog.lineage(root, args.direction)
+    for line in render_lineage(ws, root, edges, args.direction):
+        print(line)
+    return 0
+
+
+def render_lineage(ws: Workspace, root: str, edges: list[LineageEdge], direction: str) -> list[str]:
+    """An indented tree: artifacts with kind and aliases, runs with kind and code version."""
+    children: dict[str, list[str]] = {}
+    for edge in edges:
+        near, far = (edge.child, edge.parent) if direction == "up" else (edge.parent, edge.child)
+        children.setdefault(near, []).append(far)
+    aliases: dict[str, list[str]] = {}
+    for name, target in ws.catalog.list_aliases().items():
+        aliases.setdefault(target, []).append(name)
+    arrow = "←" if direction == "up" else "→"
+    lines: list[str] = []
+
+    def label(node: str) -> str:
+        if node.startswith("run-"):
+            run = ws.catalog.get_run(node)
+            return f"{node} [{run.kind}, {run.status}, {run.code_version}]" if run else node
+        record = ws.catalog.get_artifact(node)
+        names = f" ({', '.join(aliases[node])})" if node in aliases else ""
+        return f"{node[:16]} {record.kind if record else '?'}{names}"
+
+    def walk(node: str, depth: int, seen: set[str]) -> None:
+        prefix = "  " * depth + (f"{arrow} " if depth else "")
+        lines.append(prefix + label(node))
+        if node in seen:
+            return
+        for nxt in sorted(children.get(node, [])):
+            walk(nxt, depth + 1, seen | {node})
+
+    walk(root, 0, set())
+    return lines

@@ -1,0 +1,109 @@
+"""A backend over a local directory: the embedded default."""
+
+import errno
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from shipyard.errors import NotFound, StorageError
+from shipyard.store.backend import ObjectInfo
+
+# Temp files live inside the root so that the final rename never crosses a filesystem; the
+# directory name starts with a dot and is skipped by `list`, so half-written objects are invisible.
+_TMP_DIR = ".tmp"
+
+
+class LocalBackend:
+    """Objects as files under `root`; a put writes a temp file and renames it into place."""
+
+    def __init__(self, root: str | Path, fsync: bool = True) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.fsync = fsync
+        (self.root / _TMP_DIR).mkdir(parents=True, exist_ok=True)
+
+    @property
+    def uri(self) -> str:
+        return self.root.as_uri()
+
+    def path(self, key: str) -> Path:
+        """The file that holds `key` (it may not exist); used for zero-copy serving."""
+        if not key or key.startswith("/") or ".." in key.split("/"):
+            raise ValueError(f"invalid object key {key!r}")
+        return self.root / key
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        try:
+            st = self.path(key).stat()
+        except FileNotFoundError:
+            return None
+        return ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def get(self, key: str) -> bytes:
+        try:
+            return self.path(key).read_bytes()
+        except FileNotFoundError:
+            raise NotFound(f"object {key!r} not found in {self.uri}") from None
+
+    def put(self, key: str, data: bytes | memoryview) -> None:
+        final = self.path(key)
+        tmp = self.root / _TMP_DIR / f"{uuid.uuid4().hex}.part"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if self.fsync:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(tmp, final)
+            if self.fsync:
+                _fsync_dir(final.parent)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
+            raise StorageError(f"cannot write {key!r} under {self.root}: {reason}") from exc
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        # Walk only the directory that holds the prefix, not the whole store.
+        base = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        top = self.root / base
+        if not top.is_dir():
+            return
+        for dirpath, dirnames, filenames in os.walk(top):
+            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
+            dirnames[:] = [d for d in dirnames if not (rel_dir == "." and d == _TMP_DIR)]
+            for name in filenames:
+                key = name if rel_dir == "." else f"{rel_dir}/{name}"
+                if key.startswith(prefix):
+                    try:
+                        st = os.stat(os.path.join(dirpath, name))
+                    except FileNotFoundError:
+                        continue  # deleted while we walked
+                    yield ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def delete(self, key: str) -> None:
+        self.path(key).unlink(missing_ok=True)
+
+    def clean_temp(self, older_than: float) -> int:
+        """Remove temp files left by killed writers whose mtime is before `older_than`."""
+        removed = 0
+        for entry in os.scandir(self.root / _TMP_DIR):
+            try:
+                if entry.stat().st_mtime < older_than:
+                    os.unlink(entry.path)
+                    removed += 1
+            except FileNotFoundError:
+                continue
+        return removed
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

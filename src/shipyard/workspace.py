@@ -1,0 +1,156 @@
+"""A workspace joins a piece store and a catalog: the one object higher layers use for artifacts.
+
+`put` stores files and records who made them from what; `resolve` turns an id, a unique id prefix
+or an alias into an id; `get` materializes and verifies. Layout under `$SHIPYARD_HOME` (default
+`~/.shipyard`): `store/` (pieces, manifests) and `catalog.db`; `SHIPYARD_STORE` and
+`SHIPYARD_CATALOG` point either elsewhere (for example `s3://bucket/prefix`).
+"""
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shipyard.catalog import ArtifactRecord, Catalog, RunStatus, open_catalog
+from shipyard.errors import InvalidInput, NotFound
+from shipyard.provenance import code_version, current_user
+from shipyard.store import (
+    DEFAULT_PIECE_SIZE,
+    GcReport,
+    Manifest,
+    PieceStore,
+    Problem,
+    collect_garbage,
+    materialize,
+    open_backend,
+    put_tree,
+    verify,
+)
+from shipyard.store.put import Progress
+
+_HEX = set("0123456789abcdef")
+
+
+def shipyard_home() -> Path:
+    return Path(os.environ.get("SHIPYARD_HOME", "~/.shipyard")).expanduser()
+
+
+@dataclass
+class Workspace:
+    pieces: PieceStore
+    catalog: Catalog
+
+    @classmethod
+    def open(cls, home: Path | None = None) -> "Workspace":
+        """The workspace under `home` (default `$SHIPYARD_HOME`), honouring the URI overrides."""
+        home = home or shipyard_home()
+        store_uri = os.environ.get("SHIPYARD_STORE") or str(home / "store")
+        catalog_uri = os.environ.get("SHIPYARD_CATALOG") or str(home / "catalog.db")
+        return cls(PieceStore(open_backend(store_uri)), open_catalog(catalog_uri))
+
+    def close(self) -> None:
+        self.catalog.close()
+
+    # Writing
+
+    def put(
+        self,
+        source: Path,
+        kind: str,
+        *,
+        name: str | None = None,
+        inputs: Sequence[str] = (),
+        metadata: dict[str, Any] | None = None,
+        piece_size: int = DEFAULT_PIECE_SIZE,
+        progress: Progress | None = None,
+    ) -> ArtifactRecord:
+        """Store `source` as an artifact derived from `inputs` (refs) and point `name` at it."""
+        input_ids = [self.resolve(ref) for ref in inputs]
+        run_id = self.catalog.start_run(
+            "artifact-put",
+            {"source": str(source), "kind": kind, "piece_size": piece_size},
+            code_version(),
+            current_user(),
+            input_ids,
+        )
+        status: RunStatus = "failed"
+        try:
+            # The manifest names no run, so re-putting the same files gives the same id; the
+            # catalog still records this run as the producer.
+            manifest = put_tree(
+                self.pieces, source, kind, piece_size, metadata=metadata, progress=progress
+            )
+            record = self.register(manifest, run_id)
+            if name:
+                self.move_alias(name, record.id)
+            status = "succeeded"
+        finally:
+            self.catalog.finish_run(run_id, status)
+        return record
+
+    def register(self, manifest: Manifest, run_id: str | None) -> ArtifactRecord:
+        """Record a manifest already in the store as an artifact produced by `run_id`."""
+        artifact_id = manifest.id
+        if not self.pieces.has_manifest(artifact_id):
+            raise NotFound(f"artifact {artifact_id} is not in the store; put it first")
+        record = ArtifactRecord(
+            artifact_id,
+            manifest.kind,
+            manifest.size,
+            len(manifest.files),
+            time.time(),
+            run_id,
+            manifest.metadata,
+        )
+        self.catalog.add_artifact(record)
+        if run_id:
+            self.catalog.add_run_output(run_id, artifact_id)
+        return self.catalog.get_artifact(artifact_id) or record
+
+    def move_alias(self, name: str, artifact_id: str, expect: str | None | bool = True) -> None:
+        """Compare-and-swap `name` to `artifact_id`.
+
+        `expect=True` means "from whatever it points at now" (still a CAS: a concurrent mover that
+        got there first makes this one fail); otherwise `expect` is the id it must point at now.
+        """
+        current = self.catalog.get_alias(name) if expect is True else expect
+        if isinstance(current, bool):
+            raise InvalidInput("expect must be an artifact id, None or True")
+        self.catalog.set_alias(name, artifact_id, current, current_user())
+
+    # Reading
+
+    def resolve(self, ref: str) -> str:
+        """The artifact id that `ref` (alias, full id or unique id prefix) names."""
+        aliased = self.catalog.get_alias(ref)
+        if aliased:
+            return aliased
+        lowered = ref.lower()
+        if set(lowered) <= _HEX and len(lowered) >= 4:
+            if len(lowered) == 64 and (
+                self.catalog.get_artifact(lowered) or self.pieces.has_manifest(lowered)
+            ):
+                return lowered
+            matches = self.catalog.find_by_prefix(lowered)
+            if len(matches) == 1:
+                return matches[0]
+            if len(matches) > 1:
+                shown = ", ".join(m[:16] for m in matches)
+                raise InvalidInput(f"{ref!r} is ambiguous: it prefixes {shown}")
+        raise NotFound(f"no artifact or alias named {ref!r}")
+
+    def manifest(self, ref: str) -> Manifest:
+        return self.pieces.get_manifest(self.resolve(ref))
+
+    def get(self, ref: str, dest: Path, progress: Progress | None = None) -> Manifest:
+        manifest = self.manifest(ref)
+        materialize(self.pieces, manifest, dest, progress)
+        return manifest
+
+    def verify(self, ref: str, progress: Progress | None = None) -> list[Problem]:
+        return verify(self.pieces, self.manifest(ref), progress)
+
+    def gc(self, dry_run: bool = False) -> GcReport:
+        return collect_garbage(self.pieces, dry_run=dry_run)
