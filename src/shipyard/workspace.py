@@ -109,7 +109,7 @@ class Workspace:
             self.catalog.add_run_output(run_id, artifact_id)
         return self.catalog.get_artifact(artifact_id) or record
 
-    def move_alias(self, name: str, artifact_id: str, expect: str | None | bool = True) -> None:
+    def move_alias(self, name: str, artifact_id: str, expect: str | bool | None = True) -> None:
         """Compare-and-swap `name` to `artifact_id`.
 
         `expect=True` means "from whatever it points at now" (still a CAS: a concurrent mover that

@@ -51,7 +51,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 def _set(args: argparse.Namespace) -> int:
     ws = Workspace.open()
     target = ws.resolve(args.ref)
-    expect: str | None | bool = True
+    expect: str | bool | None = True
     if args.expect is not None:
         expect = None if args.expect.lower() == "none" else ws.resolve(args.expect)
     ws.move_alias(args.name, target, expect)

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard.errors import IntegrityError, InvalidInput, NotFound
-from shipyard.store.manifest import FileEntry, Manifest
 from shipyard.hashing import sha256_hex
+from shipyard.store.manifest import FileEntry, Manifest
 from shipyard.store.pieces import PieceStore, piece_key
 
 Progress = Callable[[int], None]
