@@ -1,10 +1,12 @@
 """Token shards and the deterministic, resumable sampler.
 
 Writers (`TokenShardWriter`, `TokenDatasetWriter`) produce memory-mapped token shards;
-`TokenDataset` reads a directory of them.
+`TokenDataset` reads a directory of them. `Sampler(LoaderSpec)` gives each rank its part of each
+step's global batch as a pure function of (spec, step, rank, world size).
 """
 
 from shipyard.loader.dataset import TokenDataset, TokenDatasetWriter
+from shipyard.loader.sampler import Batch, Sampler, rank_range
 from shipyard.loader.shards import (
     TOKEN_SHARD_VERSION,
     ShardInfo,
@@ -12,13 +14,20 @@ from shipyard.loader.shards import (
     TokenShardWriter,
     token_dtype,
 )
+from shipyard.loader.spec import LoaderSpec, MixturePhase, Source
 
 __all__ = [
     "TOKEN_SHARD_VERSION",
+    "Batch",
+    "LoaderSpec",
+    "MixturePhase",
+    "Sampler",
     "ShardInfo",
+    "Source",
     "TokenDataset",
     "TokenDatasetWriter",
     "TokenShard",
     "TokenShardWriter",
+    "rank_range",
     "token_dtype",
 ]
