@@ -16,6 +16,7 @@ COMMAND_MODULES = [
     "shipyard.cli.artifact",
     "shipyard.cli.alias",
     "shipyard.cli.demo",
+    "shipyard.cli.distribute",
 ]
 
 

@@ -1,0 +1,76 @@
+"""The daemon's configuration: a typed dataclass checked once, at the edge."""
+
+from dataclasses import dataclass
+
+from shipyard.errors import InvalidInput
+
+Address = tuple[str, int]
+
+
+def parse_address(text: str, what: str = "address") -> Address:
+    """`HOST:PORT` → (host, port); raises `InvalidInput` naming `what` when malformed."""
+    host, sep, port = text.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise InvalidInput(f"{what} {text!r} is not HOST:PORT with a port in 1-65535")
+    return host.strip("[]"), int(port)
+
+
+def format_address(address: Address) -> str:
+    return f"{address[0]}:{address[1]}"
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """How one peer daemon listens, whom it first asks, where it stores, and its limits.
+
+    Times are seconds. `advertise` is the address other peers dial; it defaults to `listen`.
+    """
+
+    listen: Address
+    store: str
+    seeds: tuple[Address, ...] = ()
+    origin: str | None = None
+    advertise: Address | None = None
+    fsync: bool = True
+    gossip_interval: float = 0.3
+    gossip_fanout: int = 3
+    dead_after: float = 3.0
+    connect_timeout: float = 1.0
+    idle_timeout: float = 4.0
+    hedge_after: float = 1.5
+    max_inflight: int = 8
+    per_peer_inflight: int = 2
+    origin_inflight: int = 2
+    origin_replicas: int = 1
+    upload_limit_bps: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.listen[0] in ("0.0.0.0", "::", "") and self.advertise is None:
+            raise InvalidInput("listen address is a wildcard: give --advertise HOST:PORT")
+        positive = {
+            "gossip_interval": self.gossip_interval,
+            "dead_after": self.dead_after,
+            "connect_timeout": self.connect_timeout,
+            "idle_timeout": self.idle_timeout,
+            "hedge_after": self.hedge_after,
+        }
+        for name, value in positive.items():
+            if not value > 0:
+                raise InvalidInput(f"{name} must be positive, got {value}")
+        counts = {
+            "gossip_fanout": self.gossip_fanout,
+            "max_inflight": self.max_inflight,
+            "per_peer_inflight": self.per_peer_inflight,
+            "origin_inflight": self.origin_inflight,
+            "origin_replicas": self.origin_replicas,
+        }
+        for name, count in counts.items():
+            if count < 1:
+                raise InvalidInput(f"{name} must be at least 1, got {count}")
+        if self.upload_limit_bps is not None and not self.upload_limit_bps > 0:
+            raise InvalidInput(f"upload limit must be positive, got {self.upload_limit_bps}")
+
+    @property
+    def me(self) -> str:
+        """This daemon's identity in the swarm: its advertised HOST:PORT."""
+        return format_address(self.advertise or self.listen)

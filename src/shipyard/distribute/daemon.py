@@ -1,0 +1,226 @@
+"""The peer daemon: one per host. It gossips membership and have-maps, serves what it holds and
+fetches what it is asked for, with no tracker or scheduler anywhere.
+"""
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from shipyard.distribute.config import DaemonConfig, format_address, parse_address
+from shipyard.distribute.context import Context
+from shipyard.distribute.holding import Holding
+from shipyard.distribute.membership import Membership
+from shipyard.distribute.origin import open_origin
+from shipyard.distribute.server import Server
+from shipyard.distribute.wire import Header, PeerUnavailable, request
+from shipyard.errors import IntegrityError, InvalidInput, NotFound, ShipyardError
+from shipyard.store import LocalBackend, Manifest, PieceStore, open_backend
+from shipyard.store.backend import Backend
+from shipyard.store.pieces import manifest_key
+
+MANIFEST_PATIENCE = 15.0  # how long a fetch waits for some peer or the origin to have a manifest
+
+
+def open_store(uri: str, fsync: bool) -> PieceStore:
+    parsed = urlparse(uri)
+    backend: Backend
+    if parsed.scheme in ("", "file"):
+        backend = LocalBackend(Path(unquote(parsed.path) if parsed.scheme else uri), fsync=fsync)
+    else:
+        backend = open_backend(uri)
+    return PieceStore(backend)
+
+
+class PeerDaemon:
+    def __init__(self, config: DaemonConfig) -> None:
+        seeds = [format_address(s) for s in config.seeds]
+        self.ctx = Context(
+            config=config,
+            store=open_store(config.store, config.fsync),
+            membership=Membership(config.me, seeds, config.dead_after),
+            origin=open_origin(config.origin) if config.origin else None,
+        )
+        self.holdings: dict[str, Holding] = {}
+        self._pending: dict[str, asyncio.Task[Holding]] = {}
+        self._server: asyncio.Server | None = None
+        self._gossiper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        """Adopt every complete or partial artifact in the store, listen, and start gossiping."""
+        for artifact in await asyncio.to_thread(lambda: list(self.ctx.store.manifest_ids())):
+            with contextlib.suppress(ShipyardError):
+                manifest = await asyncio.to_thread(self.ctx.store.get_manifest, artifact)
+                await self._adopt(artifact, manifest)
+        ops = {"gossip": self._on_gossip, "fetch": self._on_fetch, "status": self._on_status}
+        server = Server(self.ctx, ops)
+        self._server = await asyncio.start_server(server.handle, *self.ctx.config.listen)
+        self.ctx.membership.beat(self._haves())
+        self._gossiper = asyncio.get_running_loop().create_task(self._gossip_loop())
+
+    async def stop(self) -> None:
+        if self._gossiper:
+            self._gossiper.cancel()
+        if self._server:
+            self._server.close()
+
+    # Artifacts
+
+    async def _adopt(self, artifact: str, manifest: Manifest) -> Holding:
+        holding = Holding(artifact, manifest, self.ctx)
+        held = await asyncio.to_thread(holding.scan_disk)
+        holding.full = held == len(holding.hashes)
+        self.ctx.metrics.inc("shipyard_peer_pieces_resumed_total", held)
+        self.holdings[artifact] = holding
+        return holding
+
+    async def holding(self, artifact: str) -> Holding:
+        """The artifact's holding, fetching its manifest first if this peer has never seen it."""
+        if artifact in self.holdings:
+            return self.holdings[artifact]
+        task = self._pending.get(artifact)
+        if task is None or task.done():  # concurrent callers share one manifest fetch
+            task = asyncio.get_running_loop().create_task(self._obtain(artifact))
+            self._pending[artifact] = task
+        return await asyncio.shield(task)
+
+    async def _obtain(self, artifact: str) -> Holding:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + MANIFEST_PATIENCE
+        while True:
+            data = await self._manifest_from_peers(artifact) or await self._manifest_from_origin(
+                artifact
+            )
+            if data is not None:
+                manifest = self.ctx.store.parse_manifest(artifact, data)
+                await asyncio.to_thread(self.ctx.store.put_manifest, manifest)
+                return await self._adopt(artifact, manifest)
+            if loop.time() > deadline:
+                raise NotFound(f"artifact {artifact}: no peer or origin has its manifest")
+            await asyncio.sleep(self.ctx.config.gossip_interval)
+
+    async def _manifest_from_peers(self, artifact: str) -> bytes | None:
+        cfg = self.ctx.config
+        members = self.ctx.membership
+        holders = [m for m in members.alive() if artifact in members.records[m].haves]
+        self.ctx.rng.shuffle(holders)
+        for member in holders:
+            if member in self.ctx.blamed:
+                continue
+            try:
+                _, body = await request(
+                    parse_address(member),
+                    {"op": "manifest", "id": artifact},
+                    cfg.connect_timeout,
+                    cfg.idle_timeout,
+                )
+            except PeerUnavailable:
+                continue
+            if body is not None and _matches(artifact, bytes(body)):
+                return bytes(body)
+            self.ctx.blame(member)  # it claimed the artifact and sent other bytes
+        return None
+
+    async def _manifest_from_origin(self, artifact: str) -> bytes | None:
+        if self.ctx.origin is None:
+            return None
+        try:
+            data = await asyncio.to_thread(self.ctx.origin.get, manifest_key(artifact))
+        except (ShipyardError, OSError):
+            return None
+        if not _matches(artifact, data):
+            raise IntegrityError(f"manifest of {artifact}: origin bytes do not match the id")
+        return data
+
+    # Requests
+
+    async def _on_fetch(self, header: Header) -> dict[str, Any]:
+        artifact = _artifact_id(header.get("artifact"))
+        pieces = header.get("pieces")
+        if pieces is not None and not isinstance(pieces, list):
+            raise InvalidInput("fetch: 'pieces' must be a list of piece hashes or null")
+        holding = await self.holding(artifact)
+        holding.want(pieces)
+        body = holding.manifest.canonical_bytes()
+        return {"ok": True, "body": body}
+
+    async def _on_status(self, header: Header) -> dict[str, Any]:
+        artifact = _artifact_id(header.get("artifact"))
+        if artifact not in self.holdings:
+            raise NotFound(f"artifact {artifact} is not held or being fetched here")
+        return self.holdings[artifact].status()
+
+    async def _on_gossip(self, header: Header) -> dict[str, Any]:
+        view = header.get("view")
+        if isinstance(view, dict):
+            self.ctx.membership.merge(view)
+            self.ctx.changed.set()
+        return {"view": self.ctx.membership.view()}
+
+    # Gossip
+
+    def _haves(self) -> dict[str, Any]:
+        return {art: h.have_map() for art, h in self.holdings.items()}
+
+    async def _gossip_loop(self) -> None:
+        cfg = self.ctx.config
+        while True:
+            self.ctx.membership.beat(self._haves())
+            targets = self.ctx.membership.gossip_targets(cfg.gossip_fanout, self.ctx.rng)
+            await asyncio.gather(*(self._gossip_with(t) for t in targets))
+            await asyncio.sleep(cfg.gossip_interval * self.ctx.rng.uniform(0.8, 1.2))
+
+    async def _gossip_with(self, member: str) -> None:
+        cfg = self.ctx.config
+        try:
+            reply, _ = await request(
+                parse_address(member),
+                {"op": "gossip", "view": self.ctx.membership.view()},
+                cfg.connect_timeout,
+                cfg.idle_timeout,
+            )
+        except (PeerUnavailable, InvalidInput):
+            self.ctx.membership.fail(member)
+            return
+        if isinstance(reply.get("view"), dict):
+            self.ctx.membership.merge(reply["view"])
+            self.ctx.changed.set()
+
+
+def _matches(artifact: str, data: bytes) -> bool:
+    try:
+        PieceStore.parse_manifest(artifact, data)
+    except (IntegrityError, InvalidInput):
+        return False
+    return True
+
+
+def _artifact_id(value: object) -> str:
+    if (
+        not isinstance(value, str)
+        or len(value) != 64
+        or not all(c in "0123456789abcdef" for c in value)
+    ):
+        raise InvalidInput(f"artifact {value!r} is not a full artifact id (64 hex digits)")
+    return value
+
+
+def run_daemon(config: DaemonConfig, ready: Callable[[], None] | None = None) -> None:
+    """Serve until SIGINT or SIGTERM; `ready()` is called once the daemon is listening."""
+
+    async def main() -> None:
+        daemon = PeerDaemon(config)
+        await daemon.start()
+        if ready:
+            ready()
+        stopped = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stopped.set)
+        await stopped.wait()
+        await daemon.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,240 @@
+"""One artifact on one peer: which of its pieces are held, wanted and in flight, and the loop
+that fetches the missing ones from peers (rarest first) or, for pieces it owns, from the origin.
+
+A piece is stored only after its SHA-256 matches the manifest, and is served onward from that
+moment (pipelining). Pieces already on disk at start are never fetched again (resume).
+"""
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+
+from shipyard.distribute.config import parse_address
+from shipyard.distribute.context import Context
+from shipyard.distribute.membership import HaveMap
+from shipyard.distribute.picker import choose_peer, rarest_first, rendezvous_owners
+from shipyard.distribute.wire import PeerUnavailable, request
+from shipyard.errors import IntegrityError, ShipyardError
+from shipyard.store import Manifest
+from shipyard.store.pieces import piece_key
+
+ORIGIN = "origin"
+TICK = 0.25
+SETTLE_ROUNDS = 4  # gossip rounds a new fetch waits so owners agree before touching the origin
+
+
+@dataclass
+class Transfer:
+    source: str  # a peer's HOST:PORT, or ORIGIN
+    started: float
+    task: "asyncio.Task[None]"
+
+
+@dataclass
+class Holding:
+    artifact: str
+    manifest: Manifest
+    ctx: Context
+    hashes: list[str] = field(init=False)
+    sizes: dict[str, int] = field(init=False)
+    held: int = 0
+    wanted: set[int] = field(default_factory=set)
+    full: bool = False
+    bytes_from: dict[str, int] = field(default_factory=lambda: {"peer": 0, "origin": 0})
+    inflight: dict[int, list[Transfer]] = field(default_factory=dict)
+    origin_after: float = 0.0
+    _runner: "asyncio.Task[None] | None" = None
+
+    def __post_init__(self) -> None:
+        self.sizes = {}
+        for entry in self.manifest.files:
+            for ref in entry.pieces:
+                self.sizes.setdefault(ref.hash, ref.size)
+        self.hashes = list(self.sizes)
+
+    # What this peer holds and wants
+
+    def scan_disk(self) -> int:
+        """Mark every piece already in the store as held (blocking: run it in a thread)."""
+        for index, piece_hash in enumerate(self.hashes):
+            if self.ctx.store.has_piece(piece_hash):
+                self.held |= 1 << index
+        return self.held.bit_count()
+
+    def has(self, index: int) -> bool:
+        return (self.held >> index) & 1 == 1
+
+    def have_map(self) -> HaveMap:
+        return HaveMap(self.full, self.held)
+
+    def want(self, piece_hashes: list[str] | None) -> None:
+        """Add pieces (all of them when None) to what this peer fetches, and start fetching."""
+        if piece_hashes is None:
+            self.full = True
+            self.wanted = set(range(len(self.hashes)))
+        else:
+            index = {h: i for i, h in enumerate(self.hashes)}
+            self.wanted |= {index[h] for h in piece_hashes if h in index}
+        if self.missing() and (self._runner is None or self._runner.done()):
+            settle = SETTLE_ROUNDS * self.ctx.config.gossip_interval
+            self.origin_after = time.monotonic() + settle
+            self._runner = asyncio.get_running_loop().create_task(self._run())
+        self._update_gauges()
+
+    def missing(self) -> list[int]:
+        return [i for i in self.wanted if not self.has(i)]
+
+    def status(self) -> dict[str, object]:
+        held = sum(self.sizes[self.hashes[i]] for i in self.wanted if self.has(i))
+        return {
+            "artifact": self.artifact,
+            "wanted_bytes": sum(self.sizes[self.hashes[i]] for i in self.wanted),
+            "held_bytes": held,
+            "wanted_pieces": len(self.wanted),
+            "missing_pieces": len(self.missing()),
+            "bytes_from_peers": self.bytes_from["peer"],
+            "bytes_from_origin": self.bytes_from["origin"],
+        }
+
+    # The fetch loop
+
+    async def _run(self) -> None:
+        while self.missing():
+            self._schedule()
+            self.ctx.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ctx.changed.wait(), TICK)
+
+    def _peer_haves(self) -> dict[str, HaveMap]:
+        haves = {}
+        for member in self.ctx.membership.alive():
+            record = self.ctx.membership.records[member]
+            have = record.haves.get(self.artifact)
+            if have is not None and member not in self.ctx.blamed:
+                haves[member] = have
+        return haves
+
+    def _schedule(self) -> None:
+        cfg = self.ctx.config
+        haves = self._peer_haves()
+        unassigned = [i for i in self.missing() if i not in self.inflight]
+        for index, who in rarest_first(unassigned, haves, self.ctx.rng):
+            if self._open_requests() >= cfg.max_inflight:
+                return
+            peer = choose_peer(who, self.ctx.load, self.ctx.rate, cfg.per_peer_inflight)
+            if peer is not None:
+                self._start(index, peer)
+        self._fetch_owned_from_origin(unassigned, haves)
+        self._hedge(haves, endgame=not unassigned)
+
+    def _fetch_owned_from_origin(self, unassigned: list[int], haves: dict[str, HaveMap]) -> None:
+        """Pieces no live peer holds come from the origin, but only through their owners."""
+        if self.ctx.origin is None or time.monotonic() < self.origin_after:
+            return
+        cfg = self.ctx.config
+        interested = [m for m, h in haves.items() if h.full] + [self.ctx.membership.me]
+        for index in unassigned:
+            if self.ctx.load.get(ORIGIN, 0) >= cfg.origin_inflight:
+                return
+            if index in self.inflight or any(h.has(index) for h in haves.values()):
+                continue
+            owners = rendezvous_owners(self.hashes[index], interested, cfg.origin_replicas)
+            if self.ctx.membership.me in owners:
+                self._start(index, ORIGIN)
+
+    def _hedge(self, haves: dict[str, HaveMap], endgame: bool) -> None:
+        """Duplicate slow requests onto another holder while slots are free (endgame: sooner)."""
+        cfg = self.ctx.config
+        patience = cfg.hedge_after / 4 if endgame else cfg.hedge_after
+        now = time.monotonic()
+        for index, transfers in sorted(self.inflight.items(), key=lambda t: t[1][0].started):
+            if self._open_requests() >= cfg.max_inflight:
+                return
+            if len(transfers) > 1 or now - transfers[0].started < patience:
+                continue
+            busy = {t.source for t in transfers}
+            others = [m for m, h in haves.items() if h.has(index) and m not in busy]
+            peer = choose_peer(others, self.ctx.load, self.ctx.rate, cfg.per_peer_inflight)
+            if peer is not None:
+                self.ctx.metrics.inc("shipyard_peer_hedged_requests_total")
+                self._start(index, peer)
+
+    def _open_requests(self) -> int:
+        return sum(len(t) for t in self.inflight.values())
+
+    def _start(self, index: int, source: str) -> None:
+        self.ctx.load[source] = self.ctx.load.get(source, 0) + 1
+        task = asyncio.get_running_loop().create_task(self._transfer(index, source))
+        self.inflight.setdefault(index, []).append(Transfer(source, time.monotonic(), task))
+
+    async def _transfer(self, index: int, source: str) -> None:
+        piece_hash = self.hashes[index]
+        started = time.monotonic()
+        try:
+            data = await self._download(piece_hash, source)
+            if self.has(index):
+                return  # a hedged twin won the race
+            await asyncio.to_thread(self.ctx.store.put_verified_piece, piece_hash, memoryview(data))
+        except IntegrityError:
+            self.ctx.metrics.inc("shipyard_peer_pieces_corrupt_total")
+            if source != ORIGIN:
+                self.ctx.blame(source)
+            return
+        except (ShipyardError, OSError):
+            self._failed(source)
+            return
+        finally:
+            self.ctx.load[source] -= 1
+            self._forget(index, source)
+            self.ctx.changed.set()
+        self._stored(index, source, len(data), time.monotonic() - started)
+
+    async def _download(self, piece_hash: str, source: str) -> bytes | bytearray:
+        cfg = self.ctx.config
+        if source == ORIGIN:
+            assert self.ctx.origin is not None
+            return await asyncio.to_thread(self.ctx.origin.get, piece_key(piece_hash))
+        _, body = await request(
+            parse_address(source),
+            {"op": "piece", "hash": piece_hash},
+            cfg.connect_timeout,
+            cfg.idle_timeout,
+        )
+        if body is None:
+            raise PeerUnavailable(f"peer {source} sent no bytes for {piece_hash[:16]}")
+        return body
+
+    def _failed(self, source: str) -> None:
+        reason = "origin" if source == ORIGIN else "peer"
+        self.ctx.metrics.inc("shipyard_peer_request_failures_total", source=reason)
+        if source != ORIGIN:
+            self.ctx.membership.fail(source)
+
+    def _forget(self, index: int, source: str) -> None:
+        transfers = [t for t in self.inflight.get(index, []) if t.source != source]
+        if transfers and not self.has(index):
+            self.inflight[index] = transfers
+        else:
+            self.inflight.pop(index, None)
+
+    def _stored(self, index: int, source: str, nbytes: int, seconds: float) -> None:
+        if self.has(index):
+            return  # a twin finished storing first; count its bytes once
+        for twin in self.inflight.pop(index, []):
+            twin.task.cancel()
+        self.held |= 1 << index
+        kind = "origin" if source == ORIGIN else "peer"
+        self.bytes_from[kind] += nbytes
+        self.ctx.metrics.inc("shipyard_peer_bytes_received_total", nbytes, source=kind)
+        self.ctx.metrics.inc("shipyard_peer_pieces_received_total", source=kind)
+        if source != ORIGIN:
+            self.ctx.observe_rate(source, nbytes, seconds)
+        self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        held = sum(1 for i in self.wanted if self.has(i))
+        self.ctx.metrics.set("shipyard_peer_artifact_pieces_held", held, artifact=self.artifact)
+        self.ctx.metrics.set(
+            "shipyard_peer_artifact_pieces_wanted", len(self.wanted), artifact=self.artifact
+        )

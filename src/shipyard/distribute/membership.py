@@ -1,0 +1,142 @@
+"""Gossip membership: who is alive and which pieces each peer holds, with no coordinator.
+
+Every peer keeps a record per member: a heartbeat (wall-clock milliseconds at its last tick, so a
+restarted process always outranks its previous life) and its have-maps. Peers exchange their
+views push-pull with a few random members each round; a record with a higher heartbeat replaces
+the older one wholesale. A member whose heartbeat has not advanced locally for `dead_after`
+seconds, or that refused a connection since, is treated as gone until news of it arrives.
+"""
+
+import base64
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+FORGET_AFTER = 60.0
+
+
+@dataclass(frozen=True)
+class HaveMap:
+    """Which of an artifact's pieces a member holds; `full` means it wants them all."""
+
+    full: bool
+    bits: int
+
+    def has(self, index: int) -> bool:
+        return (self.bits >> index) & 1 == 1
+
+    def count(self) -> int:
+        return self.bits.bit_count()
+
+
+@dataclass(frozen=True)
+class Record:
+    heartbeat: int
+    haves: dict[str, HaveMap]
+
+
+def _bits_b64(bits: int) -> str:
+    return base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()
+
+
+def encode_record(record: Record) -> list[Any]:
+    haves = {art: [h.full, _bits_b64(h.bits)] for art, h in record.haves.items()}
+    return [record.heartbeat, haves]
+
+
+def decode_record(raw: Any) -> Record:
+    """A record from gossip; raises ValueError, TypeError or KeyError when malformed."""
+    heartbeat, haves = raw
+    return Record(
+        int(heartbeat),
+        {
+            str(art): HaveMap(bool(full), int.from_bytes(base64.b64decode(bits), "little"))
+            for art, (full, bits) in haves.items()
+        },
+    )
+
+
+class Membership:
+    """One peer's view of the swarm; not thread-safe (the daemon's event loop owns it)."""
+
+    def __init__(
+        self,
+        me: str,
+        seeds: Iterable[str],
+        dead_after: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.me = me
+        self.seeds = [s for s in seeds if s != me]
+        self.dead_after = dead_after
+        self.clock = clock
+        self.records: dict[str, Record] = {}
+        self._heard: dict[str, float] = {}
+        self._failed: dict[str, float] = {}
+        self._floor: dict[str, int] = {}  # highest heartbeat ever seen, so old news stays dead
+
+    def beat(self, haves: dict[str, HaveMap]) -> None:
+        """Refresh this peer's own record with a new heartbeat and its current have-maps."""
+        previous = self.records.get(self.me)
+        heartbeat = max(time.time_ns() // 1_000_000, previous.heartbeat + 1 if previous else 0)
+        self.records[self.me] = Record(heartbeat, haves)
+        self._heard[self.me] = self.clock()
+
+    def merge(self, view: dict[str, Any]) -> None:
+        """Fold a gossiped view in; malformed entries are skipped, not trusted."""
+        now = self.clock()
+        for member, raw in view.items():
+            if member == self.me or not isinstance(member, str):
+                continue
+            try:
+                record = decode_record(raw)
+            except (ValueError, TypeError, KeyError):
+                continue
+            if record.heartbeat > self._floor.get(member, -1):
+                self.records[member] = record
+                self._floor[member] = record.heartbeat
+                self._heard[member] = now
+                self._failed.pop(member, None)
+
+    def fail(self, member: str) -> None:
+        """A direct connection to `member` failed: stop choosing it until it shows signs of life."""
+        if member != self.me:
+            self._failed[member] = self.clock()
+
+    def is_alive(self, member: str) -> bool:
+        if member == self.me:
+            return True
+        heard = self._heard.get(member)
+        if heard is None or member in self._failed:
+            return False
+        return self.clock() - heard <= self.dead_after
+
+    def alive(self) -> list[str]:
+        """Live members other than this peer."""
+        return [m for m in self.records if m != self.me and self.is_alive(m)]
+
+    def view(self) -> dict[str, Any]:
+        """What this peer gossips: its own record and those of members it believes alive."""
+        self._forget()
+        return {
+            m: encode_record(r) for m, r in self.records.items() if m == self.me or self.is_alive(m)
+        }
+
+    def gossip_targets(self, fanout: int, rng: random.Random) -> list[str]:
+        """A few random live members, plus a seed while this peer knows too few of them."""
+        alive = self.alive()
+        targets = rng.sample(alive, min(fanout, len(alive)))
+        unknown_seeds = [s for s in self.seeds if s not in targets and not self.is_alive(s)]
+        if unknown_seeds and len(alive) < fanout + len(self.seeds):
+            targets.append(rng.choice(unknown_seeds))
+        return targets
+
+    def _forget(self) -> None:
+        now = self.clock()
+        for member in [m for m, t in self._heard.items() if now - t > FORGET_AFTER]:
+            if member != self.me:
+                self.records.pop(member, None)
+                self._heard.pop(member, None)
+                self._failed.pop(member, None)

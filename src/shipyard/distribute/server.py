@@ -1,0 +1,126 @@
+"""The daemon's listener: answers gossip, have-map, manifest, piece, fetch and status requests,
+and `GET /metrics`. Pieces go out with zero-copy `sendfile` from the local store when it is a
+directory, optionally under an upload rate limit shared by all connections.
+"""
+
+import asyncio
+import os
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from shipyard.distribute.context import Context
+from shipyard.distribute.wire import HTTP_PREFIX, Header, encode, read_header
+from shipyard.errors import NotFound, ShipyardError
+from shipyard.store import LocalBackend
+from shipyard.store.pieces import manifest_key, piece_key
+
+_SLICE = 256 << 10
+
+Handler = Callable[[Header, asyncio.StreamWriter], Awaitable[None]]
+
+
+class Throttle:
+    """A token bucket: at most `rate` bytes per second, in bursts of a quarter second."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate = rate
+        self.tokens = rate / 4
+        self.stamp = time.monotonic()
+        self.lock = asyncio.Lock()
+
+    async def take(self, nbytes: int) -> None:
+        async with self.lock:
+            now = time.monotonic()
+            self.tokens = min(self.rate / 4, self.tokens + (now - self.stamp) * self.rate)
+            self.stamp = now
+            self.tokens -= nbytes
+            if self.tokens < 0:
+                await asyncio.sleep(-self.tokens / self.rate)
+
+
+class Server:
+    def __init__(self, ctx: Context, ops: Mapping[str, Callable[[Header], Awaitable[Any]]]) -> None:
+        """`ops` maps the daemon's own operations (fetch, status, gossip) to their coroutines."""
+        self.ctx = ctx
+        self.ops = ops
+        limit = ctx.config.upload_limit_bps
+        self.throttle = Throttle(limit) if limit else None
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        timeout = self.ctx.config.idle_timeout
+        try:
+            first = await asyncio.wait_for(reader.readexactly(4), timeout)
+            if first == HTTP_PREFIX:
+                await self._metrics(reader, writer)
+                return
+            header = await read_header(reader, timeout, first)
+            await self._dispatch(header, writer)
+            await asyncio.wait_for(writer.drain(), timeout)
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, ShipyardError):
+            pass  # the requester sees a closed connection and tries elsewhere
+        finally:
+            writer.close()
+
+    async def _dispatch(self, header: Header, writer: asyncio.StreamWriter) -> None:
+        op = str(header.get("op"))
+        try:
+            if op == "piece":
+                await self._piece(str(header["hash"]), writer)
+            elif op == "manifest":
+                data = await asyncio.to_thread(
+                    self.ctx.store.backend.get, manifest_key(str(header["id"]))
+                )
+                writer.write(encode({"size": len(data)}) + data)
+            elif op in self.ops:
+                reply = await self.ops[op](header)
+                body = reply.pop("body", b"")
+                writer.write(encode(reply | ({"size": len(body)} if body else {})) + body)
+            else:
+                writer.write(encode({"error": f"unknown op {op!r}"}))
+        except ShipyardError as exc:
+            writer.write(encode({"error": str(exc), "kind": type(exc).__name__}))
+        except (KeyError, TypeError, ValueError) as exc:
+            writer.write(encode({"error": f"malformed {op} request: {exc!r}"}))
+
+    async def _piece(self, piece_hash: str, writer: asyncio.StreamWriter) -> None:
+        backend = self.ctx.store.backend
+        if not isinstance(backend, LocalBackend):
+            data = await asyncio.to_thread(self.ctx.store.get_piece, piece_hash)
+            writer.write(encode({"size": len(data)}))
+            await self._send_bytes(data, writer)
+            self.ctx.metrics.inc("shipyard_peer_bytes_sent_total", len(data))
+            return
+        try:
+            handle = open(backend.path(piece_key(piece_hash)), "rb")  # noqa: SIM115
+        except (FileNotFoundError, ValueError):
+            raise NotFound(f"piece {piece_hash[:16]} is not held here") from None
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            writer.write(encode({"size": size}))
+            loop = asyncio.get_running_loop()
+            for offset in range(0, size, _SLICE):
+                count = min(_SLICE, size - offset)
+                if self.throttle:
+                    await self.throttle.take(count)
+                await loop.sendfile(writer.transport, handle, offset, count)
+        self.ctx.metrics.inc("shipyard_peer_bytes_sent_total", size)
+
+    async def _send_bytes(self, data: bytes, writer: asyncio.StreamWriter) -> None:
+        for offset in range(0, len(data), _SLICE):
+            chunk = data[offset : offset + _SLICE]
+            if self.throttle:
+                await self.throttle.take(len(chunk))
+            writer.write(chunk)
+            await writer.drain()
+
+    async def _metrics(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.ctx.config.idle_timeout)
+        self.ctx.metrics.set("shipyard_peer_members_alive", len(self.ctx.membership.alive()))
+        body = self.ctx.metrics.render().encode()
+        head = (
+            "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode() + body)
+        await writer.drain()

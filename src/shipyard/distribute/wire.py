@@ -1,0 +1,83 @@
+"""The peer protocol's framing: a 4-byte length, a JSON header, then `size` raw bytes if any.
+
+One request per connection keeps cancellation trivial (close the socket) and lets a slow or dead
+peer cost exactly one connection. The same listener answers plain `GET /metrics` for Prometheus:
+the first four bytes of an HTTP request can never be a sane header length.
+"""
+
+import asyncio
+import json
+import struct
+from typing import Any
+
+from shipyard.distribute.config import Address
+from shipyard.errors import InvalidInput, StorageError
+
+Header = dict[str, Any]
+
+MAX_HEADER = 8 << 20
+HTTP_PREFIX = b"GET "
+_CHUNK = 256 << 10
+
+
+class PeerUnavailable(StorageError):
+    """A peer refused, timed out, closed early or answered with an error."""
+
+
+def encode(header: Header) -> bytes:
+    data = json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack(">I", len(data)) + data
+
+
+async def read_header(reader: asyncio.StreamReader, timeout: float, first: bytes = b"") -> Header:
+    """Read one framed header; `first` holds prefix bytes the caller already consumed."""
+    prefix = first + await asyncio.wait_for(reader.readexactly(4 - len(first)), timeout)
+    (length,) = struct.unpack(">I", prefix)
+    if length > MAX_HEADER:
+        raise InvalidInput(f"peer header of {length} bytes exceeds {MAX_HEADER}")
+    data = await asyncio.wait_for(reader.readexactly(length), timeout)
+    header = json.loads(data)
+    if not isinstance(header, dict):
+        raise InvalidInput("peer header is not a JSON object")
+    return header
+
+
+async def read_body(reader: asyncio.StreamReader, size: int, idle_timeout: float) -> bytearray:
+    """Read exactly `size` bytes, failing when the sender stalls for `idle_timeout`."""
+    body = bytearray()
+    while len(body) < size:
+        chunk = await asyncio.wait_for(reader.read(min(_CHUNK, size - len(body))), idle_timeout)
+        if not chunk:
+            raise asyncio.IncompleteReadError(bytes(body), size)
+        body += chunk
+    return body
+
+
+async def request(
+    address: Address,
+    header: Header,
+    connect_timeout: float,
+    idle_timeout: float,
+) -> tuple[Header, bytearray | None]:
+    """Send one request and return the reply header and body (None when it carries none)."""
+    where = f"{address[0]}:{address[1]}"
+    writer: asyncio.StreamWriter | None = None
+    try:
+        reader, stream = await asyncio.wait_for(
+            asyncio.open_connection(*address, limit=_CHUNK), connect_timeout
+        )
+        writer = stream
+        stream.write(encode(header))
+        await asyncio.wait_for(stream.drain(), idle_timeout)
+        reply = await read_header(reader, idle_timeout)
+        if reply.get("error"):
+            raise PeerUnavailable(f"peer {where}: {reply['error']}")
+        body = None
+        if "size" in reply:
+            body = await read_body(reader, int(reply["size"]), idle_timeout)
+        return reply, body
+    except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, InvalidInput) as exc:
+        raise PeerUnavailable(f"peer {where}: {type(exc).__name__} {exc}") from None
+    finally:
+        if writer is not None:
+            writer.close()
