@@ -1,0 +1,90 @@
+"""The policy's view of the cluster: nodes, free GPUs, node health, running jobs and quota usage."""
+
+from collections.abc import Iterable, Sequence
+
+from shipyard.errors import InvalidInput, NotFound
+from shipyard.scheduler.model import NODE_STATES, Allocation, Job, Node, Running
+from shipyard.scheduler.placement import place
+from shipyard.scheduler.quota import QuotaBook, TeamQuota
+
+
+class ClusterState:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        teams: Iterable[TeamQuota],
+        large_pool: str = "large",
+        large_job_min_gpus: int = 8,
+    ) -> None:
+        names = [n.name for n in nodes]
+        if len(set(names)) != len(names):
+            raise InvalidInput("cluster: node names must be unique")
+        self.nodes = list(nodes)
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.free = [n.gpus for n in self.nodes]
+        self.node_state = ["up"] * len(self.nodes)
+        self.running: dict[str, Running] = {}
+        self.quota = QuotaBook(teams)
+        self.large_pool = large_pool
+        self.large_job_min_gpus = large_job_min_gpus
+        self.groups: dict[str, dict[str, list[int]]] = {"leaf": {}, "block": {}}
+        for i, node in enumerate(self.nodes):
+            self.groups["leaf"].setdefault(node.leaf, []).append(i)
+            self.groups["block"].setdefault(node.block, []).append(i)
+        self._cand_cache: dict[tuple[str, bool], list[int]] = {}
+        self.gpu_types = sorted({n.gpu_type for n in self.nodes})
+
+    def set_node_state(self, name: str, state: str) -> None:
+        """Drain or quarantine a node: running jobs stay, nothing new is placed there."""
+        if state not in NODE_STATES:
+            raise InvalidInput(f"node state {state!r} unknown (allowed: {', '.join(NODE_STATES)})")
+        if name not in self.index:
+            raise NotFound(f"node {name!r} is not in the cluster")
+        self.node_state[self.index[name]] = state
+        self._cand_cache.clear()
+
+    def candidates(self, job: Job) -> list[int]:
+        """Healthy nodes of the job's GPU type; small jobs stay out of the large-job pool."""
+        small = job.gpus < self.large_job_min_gpus
+        key = (job.gpu_type, small)
+        cand = self._cand_cache.get(key)
+        if cand is None:
+            cand = [
+                i
+                for i, n in enumerate(self.nodes)
+                if self.node_state[i] == "up"
+                and n.gpu_type == job.gpu_type
+                and not (small and n.pool == self.large_pool)
+            ]
+            self._cand_cache[key] = cand
+        return cand
+
+    def place(
+        self, job: Job, free: Sequence[int] | None = None, exclude: set[int] | None = None
+    ) -> Allocation | None:
+        cand = self.candidates(job)
+        if exclude:
+            cand = [i for i in cand if i not in exclude]
+        return place(job, self.nodes, self.free if free is None else free, cand, self.groups)
+
+    def capacity(self, gpu_type: str) -> int:
+        return sum(n.gpus for n in self.nodes if n.gpu_type == gpu_type)
+
+    def free_gpus(self, gpu_type: str) -> int:
+        return sum(f for f, n in zip(self.free, self.nodes, strict=True) if n.gpu_type == gpu_type)
+
+    def admit(self, run: Running) -> None:
+        for i, gpus in run.alloc.items():
+            if self.free[i] < gpus:
+                raise InvalidInput(f"node {self.nodes[i].name}: {gpus} GPUs asked, fewer free")
+        for i, gpus in run.alloc.items():
+            self.free[i] -= gpus
+        self.quota.add(run.job.team, run.job.gpu_type, run.job.gpus)
+        self.running[run.job.id] = run
+
+    def release(self, job_id: str) -> Running:
+        run = self.running.pop(job_id)
+        for i, gpus in run.alloc.items():
+            self.free[i] += gpus
+        self.quota.remove(run.job.team, run.job.gpu_type, run.job.gpus)
+        return run

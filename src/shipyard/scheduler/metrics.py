@@ -1,0 +1,91 @@
+"""What a simulation reports: JCT, queueing delay, utilization, preemptions, fairness."""
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class JobRecord:
+    id: str
+    team: str
+    gpus: int
+    submit: float
+    duration: float
+    first_start: float | None = None
+    admitted_at: float = 0.0
+    finish: float | None = None
+    allocated: float = 0.0  # GPU-seconds held (including grace waits and lost work)
+    lost: float = 0.0  # GPU-seconds of work thrown away by preemption
+    preemptions: int = 0
+
+
+@dataclass
+class Report:
+    jobs: int
+    unfinished: int
+    avg_jct: float
+    p99_jct: float
+    avg_queue_delay: float
+    utilization: float  # useful GPU-time / (capacity × makespan)
+    allocated_utilization: float
+    preemptions: int
+    lost_gpu_hours: float
+    jain_fairness: float  # over per-team average slowdown (1 = perfectly even)
+    per_team: dict[str, dict[str, float]] = field(default_factory=dict)
+    fragmentation: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def summarize(
+    records: Sequence[JobRecord], capacity: int, samples: Sequence[tuple[float, int, int]]
+) -> Report:
+    done = [r for r in records if r.finish is not None]
+    jcts = sorted(_jct(r) for r in done)
+    first = min((r.submit for r in records), default=0.0)
+    last = max((r.finish or 0.0 for r in done), default=first)
+    span = max(1.0, last - first) * max(1, capacity)
+    teams: dict[str, list[JobRecord]] = {}
+    for r in done:
+        teams.setdefault(r.team, []).append(r)
+    per_team = {
+        team: {
+            "jobs": float(len(rs)),
+            "avg_jct": statistics.fmean(_jct(r) for r in rs),
+            "avg_slowdown": statistics.fmean(_jct(r) / max(r.duration, 1.0) for r in rs),
+            "gpu_hours": sum(r.gpus * r.duration for r in rs) / 3600,
+        }
+        for team, rs in sorted(teams.items())
+    }
+    slowdowns = [t["avg_slowdown"] for t in per_team.values()]
+    squares = sum(s * s for s in slowdowns)
+    jain = sum(slowdowns) ** 2 / (len(slowdowns) * squares) if slowdowns else 1.0
+    frees = [s[1] for s in samples]
+    scattered = [1 - s[2] / s[1] for s in samples if s[1] > 0]
+    return Report(
+        jobs=len(records),
+        unfinished=len(records) - len(done),
+        avg_jct=statistics.fmean(jcts) if jcts else 0.0,
+        p99_jct=jcts[min(len(jcts) - 1, int(0.99 * len(jcts)))] if jcts else 0.0,
+        avg_queue_delay=statistics.fmean((r.first_start or r.submit) - r.submit for r in done)
+        if done
+        else 0.0,
+        utilization=sum(r.gpus * r.duration for r in done) / span,
+        allocated_utilization=sum(r.allocated for r in done) / span,
+        preemptions=sum(r.preemptions for r in records),
+        lost_gpu_hours=sum(r.lost for r in records) / 3600,
+        jain_fairness=jain,
+        per_team=per_team,
+        fragmentation={
+            "avg_free_gpus": statistics.fmean(frees) if frees else 0.0,
+            "avg_scattered_fraction": statistics.fmean(scattered) if scattered else 0.0,
+        },
+    )
+
+
+def _jct(record: JobRecord) -> float:
+    assert record.finish is not None
+    return record.finish - record.submit

@@ -1,0 +1,173 @@
+"""One scheduling pass: (cluster, queue, now) → admissions and preemptions.
+
+The same code drives the simulator and the live service. A pass walks the queue in policy order
+twice: first admitting only jobs that fit their team's nominal quota (these may reclaim borrowed
+GPUs by preemption), then jobs that must borrow. The first job that fits quota but not the nodes
+gets a reservation: the nodes it will get when running jobs reach their time limits. Later jobs
+start only if they end before that shadow time or avoid the reserved nodes (EASY backfill), so a
+reservation is never delayed.
+"""
+
+import bisect
+import collections
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from shipyard.errors import InvalidInput
+from shipyard.scheduler.cluster import ClusterState
+from shipyard.scheduler.model import Job, Running, Tier
+from shipyard.scheduler.preemption import choose_victims
+from shipyard.scheduler.quota import Fit
+from shipyard.scheduler.reservation import Reservation, reserve
+
+ORDERS = ("fifo", "sjf", "priority")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    order: str = "priority"  # fifo: submit time; sjf/priority: declared time limit first
+    strict: bool = False  # stop at the first job that cannot start (no skipping ahead)
+    backfill: bool = True  # reserve for the first blocked job, backfill around it
+    borrowing: bool = True
+    preemption: bool = True
+    preemption_budget: int = 16  # victims allowed per window
+    preemption_window: float = 600.0
+    max_preemptions_per_job: int = 2
+    preemption_attempts_per_pass: int = 4
+
+    def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            allowed = ", ".join(ORDERS)
+            raise InvalidInput(f"policy order {self.order!r} unknown (allowed: {allowed})")
+        if self.preemption_budget < 0 or self.max_preemptions_per_job < 0:
+            raise InvalidInput("policy: preemption limits must be ≥ 0")
+
+
+@dataclass
+class Decision:
+    admitted: list[Running] = field(default_factory=list)
+    preempted: list[tuple[Running, str]] = field(default_factory=list)  # (victim, preemptor id)
+    reservation: Reservation | None = None
+
+
+class JobQueue:
+    """Pending jobs kept in policy order (insertion is O(log n) search + list insert)."""
+
+    def __init__(self, config: PolicyConfig) -> None:
+        self._config = config
+        self._items: list[tuple[tuple[float, ...], int, Job]] = []
+        self._seq = 0
+
+    def key(self, job: Job) -> tuple[float, ...]:
+        if self._config.order == "fifo":
+            return (job.tier, job.submit_time)
+        return (job.tier, job.time_limit, job.submit_time)
+
+    def add(self, job: Job) -> None:
+        self._seq += 1
+        bisect.insort(self._items, (self.key(job), self._seq, job), key=lambda t: t[:2])
+
+    def remove(self, ids: set[str]) -> None:
+        if ids:
+            self._items = [item for item in self._items if item[2].id not in ids]
+
+    def __iter__(self) -> Iterator[Job]:
+        return (item[2] for item in self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+class Policy:
+    def __init__(self, config: PolicyConfig | None = None) -> None:
+        self.config = config or PolicyConfig()
+        self._recent: collections.deque[float] = collections.deque()
+
+    def schedule(self, state: ClusterState, queue: JobQueue, now: float) -> Decision:
+        cfg = self.config
+        decision = Decision()
+        while self._recent and self._recent[0] <= now - cfg.preemption_window:
+            self._recent.popleft()
+        free_total = {t: state.free_gpus(t) for t in state.gpu_types}
+        failed: set[tuple[object, ...]] = set()
+        taken: set[str] = set()
+        attempts = cfg.preemption_attempts_per_pass if cfg.preemption else 0
+        reserved = False
+        for nominal_only in (True, False) if cfg.borrowing else (True,):
+            for job in queue:
+                if job.id in taken:
+                    continue
+                fit = state.quota.check(job.team, job.gpu_type, job.gpus)
+                entitled = fit is Fit.NOMINAL
+                if fit is Fit.NONE or (nominal_only and not entitled):
+                    continue
+                if fit is Fit.BORROW and not self._may_borrow(job):
+                    continue
+                tier = job.tier if entitled else max(job.tier, Tier.BORROWED)
+                reservation = decision.reservation
+                run = self._try_place(state, job, tier, now, reservation, failed, free_total)
+                if run is None and entitled and attempts > 0 and job.tier <= Tier.GUARANTEED:
+                    attempts -= 1
+                    run = self._try_preempt(state, job, tier, now, decision)
+                    if run is not None:
+                        free_total[job.gpu_type] = state.free_gpus(job.gpu_type)
+                if run is not None:
+                    taken.add(job.id)
+                    decision.admitted.append(run)
+                    continue
+                if cfg.strict:
+                    return decision
+                if cfg.backfill and not reserved:
+                    reserved = True
+                    decision.reservation = reserve(state, job, now)
+        return decision
+
+    def _may_borrow(self, job: Job) -> bool:
+        # Borrowed GPUs must be reclaimable: only preemptible jobs borrow, and a job preempted
+        # too often stops borrowing, so it can never be a reclaim victim again (no loops).
+        return job.preemptible and job.preemptions < self.config.max_preemptions_per_job
+
+    def _try_place(
+        self,
+        state: ClusterState,
+        job: Job,
+        tier: Tier,
+        now: float,
+        reservation: Reservation | None,
+        failed: set[tuple[object, ...]],
+        free_total: dict[str, int],
+    ) -> Running | None:
+        if free_total.get(job.gpu_type, 0) < job.gpus:
+            return None
+        avoid = reservation is not None and now + job.time_limit > reservation.start
+        shape = (job.gpus, job.gpus_per_node, job.gpu_type, job.topology, avoid)
+        if shape in failed:
+            return None
+        exclude = set(reservation.nodes) if avoid and reservation is not None else None
+        alloc = state.place(job, exclude=exclude)
+        if alloc is None:
+            failed.add(shape)
+            return None
+        run = Running(job, alloc, tier, start=now)
+        state.admit(run)
+        free_total[job.gpu_type] -= job.gpus
+        return run
+
+    def _try_preempt(
+        self, state: ClusterState, job: Job, tier: Tier, now: float, decision: Decision
+    ) -> Running | None:
+        cfg = self.config
+        budget = cfg.preemption_budget - len(self._recent)
+        eviction = choose_victims(state, job, tier, now, budget, cfg.max_preemptions_per_job)
+        if eviction is None:
+            return None
+        grace = 0.0
+        for victim in eviction.victims:
+            state.release(victim.job.id)
+            decision.preempted.append((victim, job.id))
+            self._recent.append(now)
+            grace = max(grace, victim.job.grace)
+        # The preemptor owns the GPUs now; it starts once its victims have had their grace.
+        run = Running(job, eviction.alloc, tier, start=now + grace)
+        state.admit(run)
+        return run
