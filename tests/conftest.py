@@ -1,6 +1,13 @@
 """Fixtures shared by every subsystem's tests."""
 
-from collections.abc import Iterator
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,3 +30,80 @@ def workspace(shipyard_home: Path) -> Iterator[Workspace]:
     ws = Workspace.open(shipyard_home)
     yield ws
     ws.close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="session")
+def s3_endpoint() -> Iterator[str]:
+    """A real S3-compatible server (moto's standalone server) on loopback, for the whole session."""
+    if (
+        shutil.which("moto_server") is None
+        and not Path(sys.executable).with_name("moto_server").exists()
+    ):
+        pytest.skip("moto_server is not installed (pip install 'moto[server]')")
+    port = free_port()
+    server = Path(sys.executable).with_name("moto_server")
+    proc = subprocess.Popen(
+        [str(server), "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                break
+        except OSError:
+            time.sleep(0.1)
+    else:
+        proc.kill()
+        pytest.fail("moto_server did not start within 30 s")
+    yield endpoint
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture
+def s3_store_uri(s3_endpoint: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """A fresh bucket on the loopback S3 server, as a store URI."""
+    import boto3
+
+    for key, value in S3_TEST_CREDENTIALS.items():
+        monkeypatch.setenv(key, value)
+    bucket = f"test-{uuid.uuid4().hex[:12]}"
+    boto3.client("s3", endpoint_url=s3_endpoint).create_bucket(Bucket=bucket)
+    return f"s3://{bucket}/store?endpoint={s3_endpoint}"
+
+
+S3_TEST_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def run_cli(
+    *args: str, check: bool = False, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """Run the real `shipyard` command in a subprocess with this test's environment."""
+    return subprocess.run(
+        [sys.executable, "-m", "shipyard", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=timeout,
+        env=os.environ.copy(),
+    )
+
+
+@pytest.fixture
+def cli(shipyard_home: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """`cli("artifact", "ls")` runs the real command against this test's `$SHIPYARD_HOME`."""
+    return run_cli

@@ -24,6 +24,9 @@ class Context:
     rate: dict[str, float] = field(default_factory=dict)  # recent bytes/s per peer
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def __post_init__(self) -> None:
+        self.metrics.set("shipyard_peer_blamed_peers", 0)
+
     def blame(self, peer: str) -> None:
         """`peer` sent bytes that failed verification: never ask it for anything again."""
         self.blamed.add(peer)

@@ -98,14 +98,16 @@ class Policy:
                 if job.id in taken:
                     continue
                 fit = state.quota.check(job.team, job.gpu_type, job.gpus)
-                entitled = fit is Fit.NOMINAL
+                entitled = fit in (Fit.NOMINAL, Fit.RECLAIM)
                 if fit is Fit.NONE or (nominal_only and not entitled):
                     continue
                 if fit is Fit.BORROW and not self._may_borrow(job):
                     continue
                 tier = job.tier if entitled else max(job.tier, Tier.BORROWED)
-                reservation = decision.reservation
-                run = self._try_place(state, job, tier, now, reservation, failed, free_total)
+                run = None
+                if fit is not Fit.RECLAIM:
+                    reservation = decision.reservation
+                    run = self._try_place(state, job, tier, now, reservation, failed, free_total)
                 if run is None and entitled and attempts > 0 and job.tier <= Tier.GUARANTEED:
                     attempts -= 1
                     run = self._try_preempt(state, job, tier, now, decision)
@@ -161,9 +163,14 @@ class Policy:
         eviction = choose_victims(state, job, tier, now, budget, cfg.max_preemptions_per_job)
         if eviction is None:
             return None
-        grace = 0.0
         for victim in eviction.victims:
             state.release(victim.job.id)
+        if state.quota.check(job.team, job.gpu_type, job.gpus) is not Fit.NOMINAL:
+            for victim in eviction.victims:  # the GPUs fit but the quota would not: undo
+                state.admit(victim)
+            return None
+        grace = 0.0
+        for victim in eviction.victims:
             decision.preempted.append((victim, job.id))
             self._recent.append(now)
             grace = max(grace, victim.job.grace)

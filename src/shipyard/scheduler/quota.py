@@ -16,6 +16,7 @@ from shipyard.errors import InvalidInput
 
 class Fit(enum.Enum):
     NOMINAL = "nominal"  # fits within the team's nominal quota
+    RECLAIM = "reclaim"  # within nominal, but lent out: admissible only by reclaiming it
     BORROW = "borrow"  # fits only by borrowing from the cohort
     NONE = "none"  # does not fit now
 
@@ -86,7 +87,7 @@ class QuotaBook:
         guaranteed = nominal - self._lendable(quota, gpu_type)
         extra = max(0, after - guaranteed) - max(0, self.used(team, gpu_type) - guaranteed)
         if self._pool_used.get(key, 0) + extra > self._pool.get(key, 0):
-            return Fit.NONE
+            return Fit.RECLAIM if after <= nominal else Fit.NONE
         return Fit.NOMINAL if after <= nominal else Fit.BORROW
 
     def borrowing(self, team: str, gpu_type: str) -> int:

@@ -1,0 +1,66 @@
+"""Rebuild a saved state from its pieces, from storage (checksums verified) or from memory.
+
+Every piece of every tensor is copied into place, whichever rank wrote it, so a checkpoint saved
+on any world size loads on any other, bitwise.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from shipyard.checkpoint.flatten import unflatten
+from shipyard.checkpoint.manifest import CheckpointManifest, Committed
+from shipyard.checkpoint.plan import Piece
+from shipyard.checkpoint.rng import restore_rng
+from shipyard.checkpoint.safetensors_io import read_safetensors
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """A loaded checkpoint: the state as saved, and what the manifest says about it."""
+
+    manifest: CheckpointManifest
+    state: Any
+
+    @property
+    def step(self) -> int:
+        return self.manifest.step
+
+    @property
+    def loader(self) -> dict[str, Any] | None:
+        return self.manifest.loader
+
+    def restore_rng(self, rank: int) -> None:
+        """Set this process's RNGs to those rank `rank` had (rank 0's if it did not exist)."""
+        states = self.manifest.rng
+        restore_rng(states[rank] if rank < len(states) else states[0])
+
+
+def assemble(
+    manifest: CheckpointManifest,
+    batches: Iterable[tuple[list[Piece], Callable[[Piece], torch.Tensor]]],
+) -> Loaded:
+    """Fill every tensor from `batches` of (pieces, reader of one piece)."""
+    flat = {m.path: torch.empty(m.numel, dtype=m.dtype) for m in manifest.tensors}
+    filled = 0
+    for pieces, read in batches:
+        for piece in pieces:
+            flat[piece.path][piece.start : piece.stop].copy_(read(piece))
+            filled += 1
+    assert filled == len(manifest.pieces), "a piece was not filled"
+    shaped = {m.path: flat[m.path].view(m.shape) for m in manifest.tensors}
+    return Loaded(manifest, unflatten(manifest.skeleton, shaped))
+
+
+def load_committed(checkpoint: Committed) -> Loaded:
+    """Load `checkpoint` from storage, one shard at a time, verifying each shard's SHA-256."""
+    manifest = checkpoint.manifest
+
+    def batches() -> Iterable[tuple[list[Piece], Callable[[Piece], torch.Tensor]]]:
+        for shard in manifest.shards:
+            tensors = read_safetensors(checkpoint.path / shard.file, shard.digest)
+            yield [p for p in manifest.pieces if p.rank == shard.rank], lambda p: tensors[p.key]
+
+    return assemble(manifest, batches())

@@ -1,0 +1,108 @@
+"""The Ray executor (`pip install shipyard[ray]`): the same tasks as Ray tasks.
+
+Retries, timeouts and per-task outcomes are handled here exactly as in the local executor, so
+one failing task is reported and the job goes on (Ray's own retry would re-raise on `get`).
+"""
+
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from shipyard.data.executors.base import Outcome
+from shipyard.errors import InvalidInput
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        raise InvalidInput("executor.kind = 'ray' needs Ray: pip install 'shipyard[ray]'") from None
+    return ray
+
+
+def _call(fn: Callable[[Any], Any], task: Any) -> tuple[bool, Any]:
+    try:
+        return True, fn(task)
+    except Exception as exc:
+        return False, f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=3)}"
+
+
+class RayExecutor:
+    def __init__(
+        self,
+        workers: int = 2,
+        task_timeout_s: float = 600.0,
+        max_retries: int = 2,
+        address: str | None = None,
+    ):
+        self.ray = _ray()
+        self.started = False
+        if not self.ray.is_initialized():
+            self.ray.init(
+                address=address,
+                num_cpus=None if address else workers,
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+            )
+            self.started = True
+        self.remote = self.ray.remote(max_retries=0)(_call)
+        self.task_timeout_s = task_timeout_s
+        self.max_retries = max_retries
+
+    def map(
+        self,
+        fn: Callable[[T], R],
+        tasks: list[T],
+        on_done: Callable[[int, Outcome[R]], None] | None = None,
+    ) -> list[Outcome[R]]:
+        outcomes: dict[int, Outcome[R]] = {}
+        attempts = [0] * len(tasks)
+        fn_ref = self.ray.put(fn)
+        pending: dict[Any, tuple[int, float]] = {}
+
+        def submit(i: int) -> None:
+            attempts[i] += 1
+            ref = self.remote.remote(fn_ref, tasks[i])
+            pending[ref] = (i, time.monotonic() + self.task_timeout_s)
+
+        for i in range(len(tasks)):
+            submit(i)
+        while pending:
+            ready, _ = self.ray.wait(list(pending), num_returns=1, timeout=0.5)
+            now = time.monotonic()
+            for ref in list(pending):
+                i, deadline = pending[ref]
+                if ref in ready:
+                    error = self._result(ref)
+                elif now > deadline:
+                    self.ray.cancel(ref, force=True)
+                    error = f"timed out after {self.task_timeout_s:g}s"
+                else:
+                    continue
+                del pending[ref]
+                if isinstance(error, tuple):
+                    outcomes[i] = Outcome(error[0], None, attempts[i])
+                elif attempts[i] <= self.max_retries:
+                    submit(i)
+                    continue
+                else:
+                    outcomes[i] = Outcome(None, error, attempts[i])
+                if on_done:
+                    on_done(i, outcomes[i])
+        return [outcomes[i] for i in range(len(tasks))]
+
+    def _result(self, ref: Any) -> Any:
+        try:
+            ok, payload = self.ray.get(ref)
+        except Exception as exc:  # the worker process died
+            return f"{type(exc).__name__}: {exc}"
+        return (payload,) if ok else payload
+
+    def close(self) -> None:
+        if self.started:
+            self.ray.shutdown()

@@ -1,0 +1,53 @@
+"""Decontamination: flag documents that share a long word n-gram with a benchmark file.
+
+Benchmark files are text, one example per line. Their n-grams are hashed once per task; a
+document is `contaminated` if any of its n-grams is among them (selection drops those).
+"""
+
+import functools
+from pathlib import Path
+from typing import ClassVar
+
+import numpy as np
+
+from shipyard.data.batch import Batch, Quarantine
+from shipyard.data.config import PipelineConfig
+from shipyard.data.minhash import U64, shingles, words
+from shipyard.data.stages.base import Stage, register
+from shipyard.errors import InvalidInput
+
+
+@functools.cache
+def benchmark_ngrams(paths: tuple[str, ...], n: int) -> U64:
+    cache: dict[str, int] = {}
+    found = []
+    for path in paths:
+        try:
+            lines = Path(path).read_text(errors="replace").splitlines()
+        except OSError as exc:
+            raise InvalidInput(f"decontam.benchmarks: cannot read {path}: {exc.strerror}") from None
+        found += [shingles(line, n, cache) for line in lines if len(words(line)) >= n]
+    return np.unique(np.concatenate(found)) if found else np.empty(0, np.uint64)
+
+
+@register
+class Decontam(Stage):
+    name: ClassVar[str] = "decontam"
+    version: ClassVar[str] = "1"
+    section: ClassVar[str] = "decontam"
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.n = config.decontam.ngram
+        self.table = benchmark_ngrams(config.decontam.benchmarks, self.n)
+
+    def process(self, batch: Batch, quarantine: Quarantine) -> Batch:
+        if len(self.table) == 0:
+            batch["contaminated"] = [False] * len(batch["text"])
+            return batch
+        cache: dict[str, int] = {}
+        flags = []
+        for text in batch["text"]:
+            grams = shingles(text, self.n, cache) if len(words(text)) >= self.n else None
+            flags.append(grams is not None and bool(np.isin(grams, self.table).any()))
+        batch["contaminated"] = flags
+        return batch

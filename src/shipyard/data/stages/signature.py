@@ -1,0 +1,38 @@
+"""Per-document dedup keys: a normalized-content hash and MinHash-LSH band keys.
+
+The global dedup step (`shipyard.data.dedup`) reads only these two columns from every task's
+output, so clustering never re-reads text except for the few documents that share a bucket.
+"""
+
+import hashlib
+from typing import ClassVar
+
+from shipyard.data.batch import Batch, Quarantine
+from shipyard.data.config import PipelineConfig
+from shipyard.data.minhash import band_keys, permutations, shingles, signatures, words
+from shipyard.data.stages.base import Stage, register
+
+
+def content_hash(text: str) -> int:
+    """64-bit hash of the text with case, punctuation and spacing normalized away."""
+    digest = hashlib.blake2b(" ".join(words(text)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+@register
+class MinHashKeys(Stage):
+    name: ClassVar[str] = "minhash"
+    version: ClassVar[str] = "1"
+    section: ClassVar[str] = "dedup"
+
+    def __init__(self, config: PipelineConfig) -> None:
+        self.config = config.dedup
+        self.perms = permutations(self.config.bands * self.config.rows, self.config.seed)
+
+    def process(self, batch: Batch, quarantine: Quarantine) -> Batch:
+        cache: dict[str, int] = {}
+        sets = [shingles(t, self.config.ngram, cache) for t in batch["text"]]
+        keys = band_keys(signatures(sets, self.perms), self.config.bands, self.config.rows)
+        batch["content_hash"] = [content_hash(t) for t in batch["text"]]
+        batch["band_keys"] = [row.tobytes() for row in keys]
+        return batch
