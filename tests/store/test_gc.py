@@ -36,12 +36,13 @@ def test_gc_refuses_to_run_while_a_put_holds_its_lease(pieces: PieceStore) -> No
     assert pieces.has_piece(orphan)
 
 
-def test_put_waits_out_a_running_collection_then_gives_up(
-    pieces: PieceStore, model_dir: Path
-) -> None:
-    with gc_lease(pieces.backend), pytest.raises(Conflict, match="garbage collection"):
-        with put_lease(pieces.backend, wait=0.3):
-            pass
+def test_put_waits_out_a_running_collection_then_gives_up(pieces: PieceStore) -> None:
+    with (
+        gc_lease(pieces.backend),
+        pytest.raises(Conflict, match="garbage collection"),
+        put_lease(pieces.backend, wait=0.3),
+    ):
+        pass
 
 
 def test_stale_leases_of_dead_processes_do_not_block_gc(pieces: PieceStore) -> None:
