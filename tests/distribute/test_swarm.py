@@ -1,0 +1,144 @@
+"""Whole-swarm behaviour with real daemon processes on loopback."""
+
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from shipyard.distribute import PullResult, pull
+from shipyard.store import Manifest
+
+ORIGIN_BYTES = 'shipyard_peer_bytes_received_total{source="origin"}'
+PEER_BYTES = 'shipyard_peer_bytes_received_total{source="peer"}'
+
+
+def pull_all(peers: list[Any], manifest: Manifest, dests: list[Path]) -> list[PullResult]:
+    with ThreadPoolExecutor(len(peers)) as pool:
+        futures = [
+            pool.submit(pull, p.port, manifest.id, dest, None, None, 60.0)
+            for p, dest in zip(peers, dests, strict=True)
+        ]
+        return [f.result() for f in futures]
+
+
+def wait_until(predicate: object, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition never became true"
+        time.sleep(0.05)
+
+
+def test_four_hosts_complete_verify_and_keep_origin_to_one_copy(
+    cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
+) -> None:
+    store, manifest = origin
+    first = cluster.peer("h0", [], "--origin", str(store)).start()
+    hosts = [first] + [
+        cluster.peer(f"h{i}", [first.address], "--origin", str(store)).start() for i in (1, 2, 3)
+    ]
+    dests = [tmp_path / f"out{i}" for i in range(4)]
+    results = pull_all(hosts, manifest, dests)
+    source = (tmp_path / "src" / "blob.bin").read_bytes()
+    for dest in dests:
+        assert (dest / "blob.bin").read_bytes() == source
+    origin_bytes = sum(h.metrics()[ORIGIN_BYTES] for h in hosts)
+    assert origin_bytes <= 1.2 * manifest.size
+    assert sum(r.bytes_from_peers for r in results) >= 2 * manifest.size  # the swarm carried it
+
+
+def test_hosts_finish_when_the_first_seeder_dies_mid_transfer(
+    cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
+) -> None:
+    store, manifest = origin
+    slow = ("--upload-limit-mbit", "24")
+    seeder = cluster.peer("seed", [], *slow)
+    shutil.copytree(store, seeder.store)
+    seeder.start()
+    backup = cluster.peer("backup", [seeder.address], *slow)
+    shutil.copytree(store, backup.store)
+    backup.start()
+    # Every host knows only the first seeder's address; no origin anywhere.
+    hosts = [cluster.peer(f"h{i}", [seeder.address], *slow).start() for i in range(3)]
+    at_kill: list[int] = []
+
+    def kill_seeder() -> None:
+        wait_until(lambda: len(hosts[0].pieces_on_disk()) >= 8)
+        seeder.kill()
+        at_kill.extend(len(h.pieces_on_disk()) for h in hosts)
+
+    killer = threading.Thread(target=kill_seeder)
+    killer.start()
+    dests = [tmp_path / f"out{i}" for i in range(3)]
+    pull_all(hosts, manifest, dests)
+    killer.join()
+    assert min(at_kill) < len(manifest.files[0].pieces)  # it died mid-transfer
+    source = (tmp_path / "src" / "blob.bin").read_bytes()
+    assert all((d / "blob.bin").read_bytes() == source for d in dests)
+
+
+def test_a_peer_serving_corrupt_bytes_is_caught_and_blamed(
+    cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
+) -> None:
+    store, manifest = origin
+    good = cluster.peer("good", [])
+    shutil.copytree(store, good.store)
+    good.start()
+    liar = cluster.peer("liar", [good.address])
+    shutil.copytree(store, liar.store)
+    for piece in (liar.store / "pieces").rglob("*"):
+        if piece.is_file():  # same size, wrong bytes: only the hash can tell
+            data = bytearray(piece.read_bytes())
+            data[len(data) // 2] ^= 0xFF
+            piece.write_bytes(bytes(data))
+    liar.start()
+    host = cluster.peer("host", [good.address]).start()
+    wait_until(lambda: host.metrics()["shipyard_peer_members_alive"] == 2)
+    result = pull(host.port, manifest.id, tmp_path / "out", stall_timeout=60)
+    assert (tmp_path / "out" / "blob.bin").read_bytes() == (tmp_path / "src/blob.bin").read_bytes()
+    metrics = host.metrics()
+    assert metrics["shipyard_peer_pieces_corrupt_total"] >= 1
+    assert metrics["shipyard_peer_blamed_peers"] == 1
+    assert result.bytes_from_peers == manifest.size
+
+
+def test_a_killed_host_resumes_from_its_verified_pieces(
+    cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
+) -> None:
+    store, manifest = origin
+    seeder = cluster.peer("seed", [], "--upload-limit-mbit", "16")
+    shutil.copytree(store, seeder.store)
+    seeder.start()
+    host = cluster.peer("host", [seeder.address]).start()
+    cli = [sys.executable, "-m", "shipyard.cli.main", "pull", manifest.id, "--peer", host.address]
+    puller = subprocess.Popen(cli, stderr=subprocess.DEVNULL)
+    wait_until(lambda: len(host.pieces_on_disk()) >= 8)
+    host.kill()
+    assert puller.wait(timeout=60) != 0  # the pull saw its daemon die
+    before = host.pieces_on_disk()
+    total = len({p.hash for f in manifest.files for p in f.pieces})
+    assert 8 <= len(before) < total
+
+    host.start()
+    pull(host.port, manifest.id, tmp_path / "out", stall_timeout=60)
+    metrics = host.metrics()
+    assert metrics["shipyard_peer_pieces_resumed_total"] == len(before)
+    assert metrics['shipyard_peer_pieces_received_total{source="peer"}'] == total - len(before)
+    assert (tmp_path / "out" / "blob.bin").read_bytes() == (tmp_path / "src/blob.bin").read_bytes()
+
+
+def test_origin_fetches_stay_capped_with_many_hosts_over_http(
+    cluster: Any, http_origin: tuple[str, Manifest, list[int]], tmp_path: Path
+) -> None:
+    url, manifest, served = http_origin
+    first = cluster.peer("h0", [], "--origin", url).start()
+    hosts = [first] + [
+        cluster.peer(f"h{i}", [first.address], "--origin", url).start() for i in range(1, 6)
+    ]
+    pull_all(hosts, manifest, [tmp_path / f"out{i}" for i in range(6)])
+    piece_bytes = sum(served)  # counted by the origin server itself
+    assert manifest.size <= piece_bytes <= 1.2 * manifest.size
+    assert sum(h.metrics()[PEER_BYTES] for h in hosts) >= 4 * manifest.size
