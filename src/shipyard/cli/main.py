@@ -17,6 +17,7 @@ COMMAND_MODULES = [
     "shipyard.cli.alias",
     "shipyard.cli.demo",
     "shipyard.cli.distribute",
+    "shipyard.cli.data",
 ]
 
 

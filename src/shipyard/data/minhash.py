@@ -28,7 +28,7 @@ def splitmix64(x: U64) -> U64:
     z = x + _GOLDEN
     z = (z ^ (z >> np.uint64(30))) * _M1
     z = (z ^ (z >> np.uint64(27))) * _M2
-    return z ^ (z >> np.uint64(31))  # type: ignore[no-any-return]
+    return z ^ (z >> np.uint64(31))
 
 
 def words(text: str) -> list[str]:
@@ -66,7 +66,7 @@ def permutations(num_perm: int, seed: int) -> U64:
 
 
 def _permute(hashes: U64, perms: U64) -> U64:
-    mixed = hashes[:, None] * perms[0][None, :]
+    mixed: U64 = hashes[:, None] * perms[0][None, :]
     mixed += perms[1][None, :]
     return mixed
 

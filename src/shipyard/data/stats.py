@@ -33,11 +33,12 @@ MIN_GROUP_DOCS = 20  # groups smaller than this are reported but never flagged f
 
 def _passes(table: pa.Table, stage: str) -> np.ndarray:
     if stage == "langid":
-        return np.asarray(
-            pc.not_equal(table.column("language"), "und").to_numpy(zero_copy_only=False)
-        )
+        known = pc.not_equal(table.column("language"), "und")
+        return np.asarray(known.to_numpy(zero_copy_only=False), dtype=bool)
     column = dict(FUNNEL)[stage].removeprefix("NOT ")
-    values = table.column(column).fill_null(False).to_numpy(zero_copy_only=False).astype(bool)
+    values = np.asarray(
+        table.column(column).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool
+    )
     return ~values if dict(FUNNEL)[stage].startswith("NOT ") else values
 
 

@@ -51,4 +51,4 @@ def write_part(stage_output: Path, dedup: pa.Table, dest: Path) -> int:
         else:
             columns[field.name] = pa.nulls(data.num_rows, field.type)
     pq.write_table(pa.table(columns, schema=SCHEMA), dest, compression="zstd")
-    return data.num_rows
+    return int(data.num_rows)

@@ -68,6 +68,8 @@ def write_tokens(
 ) -> dict[str, Any]:
     """Encode the selection into token shards under `dest`; return (and write) the manifest."""
     eod = tokenizer.token_to_id(EOD)
+    if eod is None:
+        raise InvalidInput(f"tokenizer has no {EOD} token")
     vocab = tokenizer.get_vocab_size()
     shards: list[dict[str, Any]] = []
     with TokenDatasetWriter(dest, vocab, shard_tokens=shard_tokens) as writer:

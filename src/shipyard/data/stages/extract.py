@@ -5,6 +5,7 @@ quarantine rather than into the corpus as mojibake. Each record runs under the s
 an extractor that hangs costs one record, not the task.
 """
 
+import codecs
 from collections.abc import Callable
 from typing import ClassVar
 
@@ -27,7 +28,7 @@ def _resiliparse(html: str, main_content: bool) -> str:
 
 
 def _trafilatura(html: str, main_content: bool) -> str:
-    import trafilatura  # optional: `pip install trafilatura`
+    import trafilatura  # type: ignore[import-not-found]  # optional: pip install trafilatura
 
     return str(trafilatura.extract(html, include_comments=not main_content) or "")
 
@@ -45,11 +46,15 @@ class UndecodableError(ValueError):
 
 def decode_html(raw: bytes) -> str:
     """Decode with the detected encoding; refuse bytes that are mostly not text in it."""
-    encoding = detect_encoding(raw)
+    encoding = detect_encoding(raw) or "utf-8"
+    try:
+        codecs.lookup(encoding)
+    except LookupError:
+        encoding = "utf-8"
     try:
         return raw.decode(encoding)
-    except (UnicodeDecodeError, LookupError):
-        text = raw.decode(encoding if encoding else "utf-8", errors="replace")
+    except UnicodeDecodeError:
+        text = raw.decode(encoding, errors="replace")
     invalid = text.count("\ufffd")
     if b"\x00" in raw or invalid > MAX_INVALID_FRACTION * max(len(text), 1):
         raise UndecodableError(f"undecodable: {invalid} of {len(text)} characters invalid")

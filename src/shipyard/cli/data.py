@@ -1,0 +1,91 @@
+"""`shipyard data run CONFIG` and `shipyard data report RUN`."""
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from shipyard.cli.progress import stderr
+from shipyard.workspace import Workspace, shipyard_home
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    data = subparsers.add_parser("data", help="crawl-to-tokens data pipeline")
+    commands = data.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
+
+    run = commands.add_parser("run", help="run a pipeline config (TOML); prints artifact ids")
+    run.add_argument("config", type=Path)
+    run.add_argument("--executor", choices=["local", "ray"], help="override executor.kind")
+    run.add_argument("--workers", type=int, help="override executor.workers")
+    run.set_defaults(func=_run)
+
+    report = commands.add_parser("report", help="per-stage survival of a run, with drift flags")
+    report.add_argument("run", help="run id, unique prefix, or 'latest'")
+    report.add_argument("--threshold", type=float, default=0.05, help="drift flag threshold")
+    report.add_argument("--by", choices=["language", "domain", "crawl"], help="break down by")
+    report.add_argument("--json", action="store_true", help="print the raw statistics")
+    report.set_defaults(func=_report)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from shipyard.data import load_config, run_pipeline
+
+    config = load_config(args.config)
+    overrides: dict[str, Any] = {}
+    if args.executor:
+        overrides["kind"] = args.executor
+    if args.workers:
+        overrides["workers"] = args.workers
+    if overrides:
+        config = dataclasses.replace(
+            config, executor=dataclasses.replace(config.executor, **overrides)
+        )
+    ws = Workspace.open()
+    try:
+        result = run_pipeline(config, ws, shipyard_home(), lambda line: stderr.print(line))
+    finally:
+        ws.close()
+    print(f"run        {result.run_id}")
+    print(f"table      {result.table_id}")
+    if result.tokens_id:
+        print(f"tokenizer  {result.tokenizer_id}")
+        print(f"tokens     {result.tokens_id}")
+    if result.failed_tasks:
+        stderr.print(f"{len(result.failed_tasks)} task(s) failed: {', '.join(result.failed_tasks)}")
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from shipyard.data import stats
+
+    home = shipyard_home()
+    current = stats.load(home, args.run)
+    if args.json:
+        print(json.dumps(current, indent=1, sort_keys=True))
+        return 0
+    before = stats.previous(home, current)
+    survival = current["survival"]
+    print(f"run {current['run']}  ({current['name']}, {survival['documents']} documents)")
+    _print_funnel("all", survival["stages"])
+    if args.by:
+        for value, rows in survival["by"][args.by].items():
+            _print_funnel(f"{args.by}={value or '-'}", rows)
+    print(f"quarantine: {json.dumps(current['quarantine'], sort_keys=True)}")
+    print(f"dropped by rule: {json.dumps(current['policy'], sort_keys=True)}")
+    if before is None:
+        print("drift: no earlier run of this pipeline to compare with")
+        return 0
+    flags = stats.drift(current, before, args.threshold)
+    print(f"drift against {before['run']} (threshold {args.threshold}):")
+    for flag in flags:
+        print(f"  FLAG {flag}")
+    if not flags:
+        print("  none")
+    return 0
+
+
+def _print_funnel(scope: str, rows: list[dict[str, Any]]) -> None:
+    print(f"  {scope}")
+    for row in rows:
+        print(f"    {row['stage']:<18} {row['in']:>8} → {row['out']:>8}  {row['rate']:7.1%}")
