@@ -52,7 +52,9 @@ def decode_record(raw: Any) -> Record:
     return Record(
         int(heartbeat),
         {
-            str(art): HaveMap(bool(full), int.from_bytes(base64.b64decode(bits), "little"))
+            str(art): HaveMap(
+                bool(full), int.from_bytes(base64.b64decode(bits, validate=True), "little")
+            )
             for art, (full, bits) in haves.items()
         },
     )

@@ -1,0 +1,74 @@
+"""Gossip membership and piece choice as pure functions, with a hand-driven clock."""
+
+import random
+
+from shipyard.distribute.membership import HaveMap, Membership
+from shipyard.distribute.picker import choose_peer, rarest_first, rendezvous_owners
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_views_converge_and_silent_members_die() -> None:
+    clock = Clock()
+    a = Membership("a:1", ["b:1"], dead_after=3, clock=clock)
+    b = Membership("b:1", [], dead_after=3, clock=clock)
+    c = Membership("c:1", ["b:1"], dead_after=3, clock=clock)
+    for m in (a, b, c):
+        m.beat({"art": HaveMap(True, 0b101)})
+    b.merge(a.view())
+    b.merge(c.view())
+    a.merge(b.view())  # a learns of c through b, never having talked to it
+    assert sorted(a.alive()) == ["b:1", "c:1"]
+    assert a.records["c:1"].haves["art"].has(2)
+    clock.now = 4.0
+    b.beat({})
+    a.merge(b.view())  # b's view still carries c's old record: no news, so c stays dead
+    assert a.alive() == ["b:1"]
+
+
+def test_stale_gossip_does_not_resurrect_and_failure_is_local() -> None:
+    clock = Clock()
+    a = Membership("a:1", [], dead_after=3, clock=clock)
+    b = Membership("b:1", [], dead_after=3, clock=clock)
+    b.beat({})
+    old = b.view()
+    a.merge(old)
+    a.fail("b:1")
+    assert a.alive() == []
+    a.merge(old)  # the same heartbeat again is not a sign of life
+    assert a.alive() == []
+    b.beat({})
+    a.merge(b.view())
+    assert a.alive() == ["b:1"]
+
+
+def test_malformed_gossip_is_ignored() -> None:
+    a = Membership("a:1", [], dead_after=3)
+    a.merge({"x:1": "garbage", "y:1": [1, {"art": [True, "!!"]}], "z:1": [5, {}]})
+    assert a.alive() == ["z:1"]
+
+
+def test_rendezvous_owner_moves_only_when_it_leaves() -> None:
+    members = [f"h{i}:1" for i in range(20)]
+    pieces = [f"{i:064x}" for i in range(200)]
+    before = {p: rendezvous_owners(p, members, 1)[0] for p in pieces}
+    gone = members[3]
+    after = {p: rendezvous_owners(p, [m for m in members if m != gone], 1)[0] for p in pieces}
+    moved = {p for p in pieces if before[p] != after[p]}
+    assert moved == {p for p in pieces if before[p] == gone}
+    assert 0 < len(moved) < 40  # about 1/20 of the pieces
+
+
+def test_rarest_first_and_least_loaded_peer() -> None:
+    haves = {"a": HaveMap(True, 0b111), "b": HaveMap(True, 0b011), "c": HaveMap(True, 0b001)}
+    order = rarest_first([0, 1, 2, 3], haves, random.Random(1))
+    assert [i for i, _ in order] == [2, 1, 0]  # piece 3 has no holder
+    assert choose_peer(["a", "b"], {"a": 1}, {}, limit=2) == "b"
+    assert choose_peer(["a", "b"], {"a": 2, "b": 2}, {}, limit=2) is None
+    assert choose_peer(["a", "b"], {}, {"a": 1.0, "b": 9.0}, limit=2) == "b"
