@@ -4,7 +4,7 @@ Every piece of every tensor is copied into place, whichever rank wrote it, so a 
 on any world size loads on any other, bitwise.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +15,7 @@ from shipyard.checkpoint.manifest import CheckpointManifest, Committed
 from shipyard.checkpoint.plan import Piece
 from shipyard.checkpoint.rng import restore_rng
 from shipyard.checkpoint.safetensors_io import read_safetensors
+from shipyard.errors import IntegrityError
 
 
 @dataclass(frozen=True)
@@ -40,16 +41,17 @@ class Loaded:
 
 def assemble(
     manifest: CheckpointManifest,
-    batches: Iterable[tuple[list[Piece], Callable[[Piece], torch.Tensor]]],
+    batches: Iterable[tuple[list[Piece], Mapping[str, torch.Tensor]]],
 ) -> Loaded:
-    """Fill every tensor from `batches` of (pieces, reader of one piece)."""
+    """Fill every tensor from `batches` of (pieces, their data by `Piece.key`)."""
     flat = {m.path: torch.empty(m.numel, dtype=m.dtype) for m in manifest.tensors}
     filled = 0
-    for pieces, read in batches:
+    for pieces, data in batches:
         for piece in pieces:
-            flat[piece.path][piece.start : piece.stop].copy_(read(piece))
+            flat[piece.path][piece.start : piece.stop].copy_(data[piece.key])
             filled += 1
-    assert filled == len(manifest.pieces), "a piece was not filled"
+    if filled != len(manifest.pieces):
+        raise IntegrityError(f"checkpoint of step {manifest.step}: some pieces are missing")
     shaped = {m.path: flat[m.path].view(m.shape) for m in manifest.tensors}
     return Loaded(manifest, unflatten(manifest.skeleton, shaped))
 
@@ -58,9 +60,9 @@ def load_committed(checkpoint: Committed) -> Loaded:
     """Load `checkpoint` from storage, one shard at a time, verifying each shard's SHA-256."""
     manifest = checkpoint.manifest
 
-    def batches() -> Iterable[tuple[list[Piece], Callable[[Piece], torch.Tensor]]]:
+    def batches() -> Iterable[tuple[list[Piece], Mapping[str, torch.Tensor]]]:
         for shard in manifest.shards:
             tensors = read_safetensors(checkpoint.path / shard.file, shard.digest)
-            yield [p for p in manifest.pieces if p.rank == shard.rank], lambda p: tensors[p.key]
+            yield [p for p in manifest.pieces if p.rank == shard.rank], tensors
 
     return assemble(manifest, batches())

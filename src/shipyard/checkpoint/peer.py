@@ -158,21 +158,17 @@ def restore_from_peers(addresses: Sequence[str], step: int | None = None) -> Loa
     )
     world = manifest.world_size
 
-    def batch(owner: int) -> tuple[list[Piece], Any]:
+    dtypes = {m.path: m.dtype for m in manifest.tensors}
+
+    def batch(owner: int) -> tuple[list[Piece], dict[str, torch.Tensor]]:
         ring = [addresses[owner % len(addresses)], addresses[(owner + 1) % len(addresses)]]
         blob = _fetch(ring if world == len(addresses) else addresses, step, owner)
         pieces = [p for p in manifest.pieces if p.rank == owner]
-        offsets, at = {}, 0
-        dtypes = {m.path: m.dtype for m in manifest.tensors}
-        for p in pieces:
-            offsets[p.key] = at
-            at += (p.stop - p.start) * dtypes[p.path].itemsize
-
-        def read(p: Piece) -> torch.Tensor:
-            return torch.frombuffer(
-                blob, dtype=dtypes[p.path], count=p.stop - p.start, offset=offsets[p.key]
-            )
-
-        return pieces, read
+        data, at = {}, 0
+        for p in pieces:  # the blob is the owner's pieces back to back, in manifest order
+            count = p.stop - p.start
+            data[p.key] = torch.frombuffer(blob, dtype=dtypes[p.path], count=count, offset=at)
+            at += count * dtypes[p.path].itemsize
+        return pieces, data
 
     return assemble(manifest, (batch(owner) for owner in range(world)))

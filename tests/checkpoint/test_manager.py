@@ -1,0 +1,118 @@
+"""One-rank checkpoints: round trip, snapshot isolation, commit rule, corruption, retention."""
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from tests.checkpoint.conftest import state_hash, trained_state
+
+from shipyard.checkpoint import CheckpointManager, Publish, Retention, committed, latest_committed
+from shipyard.errors import IntegrityError
+from shipyard.workspace import Workspace
+
+
+def test_round_trip_is_bitwise_and_keeps_structure(tmp_path: Path) -> None:
+    state = trained_state()
+    manager = CheckpointManager(tmp_path, peer_memory=False)
+    manager.save(5, state, loader={"step": 5}, blocking=True)
+    loaded = manager.load()
+    assert loaded.step == 5 and loaded.loader == {"step": 5}
+    assert state_hash(loaded.state) == state_hash(state)
+    assert set(loaded.state["optim"]["state"]) == set(state["optim"]["state"])  # int keys
+    model = torch.nn.Sequential(
+        torch.nn.Embedding(300, 32), torch.nn.Linear(32, 64), torch.nn.Linear(64, 7)
+    )
+    model.load_state_dict(loaded.state["model"])
+    manager.close()
+
+
+def test_steps_after_save_never_leak_into_it(tmp_path: Path) -> None:
+    state = trained_state()
+    expected = state_hash(state)
+    manager = CheckpointManager(tmp_path)
+    handle = manager.save(1, state)
+    for tensor in state["model"].values():  # the trainer moves on at once
+        tensor.add_(1)
+    handle.result()
+    assert state_hash(manager.load().state) == expected
+    manager.close()
+
+
+def test_rng_states_restore_exactly(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, peer_memory=False)
+    manager.save(1, {"x": torch.zeros(3)}, blocking=True)
+    want = (random.random(), np.random.rand(), torch.rand(2).tolist())
+    manager.load().restore_rng(0)
+    assert (random.random(), np.random.rand(), torch.rand(2).tolist()) == want
+
+
+def test_torn_checkpoint_is_never_latest(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, peer_memory=False, retention=Retention(keep_last=5))
+    manager.save(1, trained_state(), blocking=True)
+    manager.save(2, trained_state(1), blocking=True)
+    (tmp_path / "step-0000000002" / "manifest.json").unlink()  # crash before the commit
+    assert latest_committed(tmp_path).step == 1  # type: ignore[union-attr]
+    shard = next((tmp_path / "step-0000000001").glob("*.safetensors"))
+    shard.write_bytes(shard.read_bytes()[:-10])  # truncated shard: not whole
+    assert latest_committed(tmp_path) is None
+
+
+def test_corrupted_shard_detected_on_load(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, peer_memory=False)
+    manager.save(3, trained_state(), blocking=True)
+    shard = next((tmp_path / "step-0000000003").glob("*.safetensors"))
+    raw = bytearray(shard.read_bytes())
+    raw[-5] ^= 0x01  # one bit flipped, same size
+    shard.write_bytes(bytes(raw))
+    assert latest_committed(tmp_path) is not None  # cheap checks pass ...
+    with pytest.raises(IntegrityError, match="corrupt"):
+        manager.load()  # ... the checksum does not
+
+
+def test_retention_keeps_last_k_and_every_nth(tmp_path: Path) -> None:
+    manager = CheckpointManager(
+        tmp_path, peer_memory=False, retention=Retention(keep_last=2, keep_every=4)
+    )
+    for step in range(1, 10):
+        manager.save(step, {"w": torch.full((4,), float(step))})
+    manager.wait()
+    assert [c.step for c in committed(tmp_path)] == [4, 8, 9]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"step-{s:010d}" for s in (4, 8, 9)]
+    assert manager.load(4).state["w"].tolist() == [4.0] * 4
+
+
+def test_resaving_a_step_replaces_it(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, peer_memory=False)
+    manager.save(7, {"w": torch.zeros(2)}, blocking=True)
+    manager.save(7, {"w": torch.ones(2)}, blocking=True)
+    assert manager.load(7).state["w"].tolist() == [1.0, 1.0]
+
+
+def test_checkpoint_is_an_artifact_with_lineage(
+    tmp_path: Path, shipyard_home: Path, workspace: Workspace
+) -> None:
+    data = tmp_path / "tokens"
+    data.mkdir()
+    (data / "a.tok").write_bytes(b"\x01\x00")
+    dataset = workspace.put(data, "dataset", name="tokens")
+    manager = CheckpointManager(
+        tmp_path / "ckpt",
+        publish_to=Publish(home=shipyard_home, inputs=["tokens"], alias="run-latest"),
+        config={"lr": 0.1},
+    )
+    handle = manager.save(2, trained_state())
+    artifact_id = handle.artifact_id
+    manager.close()
+    assert artifact_id is not None
+    record = workspace.catalog.get_artifact(artifact_id)
+    assert record is not None and record.kind == "checkpoint"
+    assert record.metadata["step"] == 2 and record.metadata["config_hash"]
+    assert workspace.resolve("run-latest") == artifact_id
+    upstream = {edge.parent for edge in workspace.catalog.lineage(artifact_id, "up")}
+    assert dataset.id in upstream
+    restored = tmp_path / "restored"
+    workspace.get(artifact_id, restored)
+    assert latest_committed(tmp_path / "ckpt") is not None
+    assert (restored / "manifest.json").is_file()
