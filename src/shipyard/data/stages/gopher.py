@@ -3,7 +3,11 @@
 Each check returns the name of the first rule a document breaks, or "" when it passes.
 """
 
-from collections import Counter
+from collections.abc import Iterator
+
+import numpy as np
+
+from shipyard.data.minhash import U64, splitmix64
 
 DUP_LINE_FRAC = 0.30
 DUP_PARA_FRAC = 0.30
@@ -36,26 +40,41 @@ def _duplicates(items: list[str]) -> tuple[int, int]:
     return count, chars
 
 
-def _top_ngram_chars(words: list[str], n: int) -> int:
-    grams = Counter(zip(*(words[i:] for i in range(n)), strict=False))
-    if not grams:
-        return 0
-    gram, count = grams.most_common(1)[0]
-    return count * sum(len(w) for w in gram) if count > 1 else 0
+def _gram_ids(ids: U64, n: int) -> U64:
+    """One 64-bit id per word n-gram (position i covers words i..i+n-1)."""
+    count = len(ids) - n + 1
+    h = splitmix64(ids[:count].copy())
+    for j in range(1, n):
+        h = splitmix64(h ^ ids[j : j + count])
+    return h
 
 
-def _dup_ngram_chars(words: list[str], n: int) -> int:
-    """Characters of words covered by any n-gram that occurs more than once."""
-    covered = [False] * len(words)
-    first: dict[tuple[str, ...], int] = {}
-    for i in range(len(words) - n + 1):
-        gram = tuple(words[i : i + n])
-        if gram in first:
-            covered[first[gram] : first[gram] + n] = [True] * n
-            covered[i : i + n] = [True] * n
-        else:
-            first[gram] = i
-    return sum(len(w) for w, c in zip(words, covered, strict=True) if c)
+def _ngram_scores(words: list[str]) -> Iterator[tuple[str, int, float]]:
+    """(rule, characters involved, limit) for each top-n-gram and duplicated-n-gram rule, as
+    array operations over n-gram ids rather than Python tuples."""
+    vocab: dict[str, int] = {}
+    ids = np.fromiter((vocab.setdefault(w, len(vocab) + 1) for w in words), np.uint64, len(words))
+    lengths = np.fromiter((len(w) for w in words), np.int64, len(words))
+    prefix = np.concatenate([[0], np.cumsum(lengths)])
+    for n, limit in TOP_NGRAM_CHAR_FRAC:
+        if len(words) < n:
+            continue
+        grams = _gram_ids(ids, n)
+        _, first, counts = np.unique(grams, return_index=True, return_counts=True)
+        top = int(np.argmax(counts))
+        chars = int(prefix[first[top] + n] - prefix[first[top]]) if counts[top] > 1 else 0
+        yield f"top_{n}_gram", chars * int(counts[top]), limit
+    for n, limit in DUP_NGRAM_CHAR_FRAC:
+        if len(words) < n:
+            continue
+        grams = _gram_ids(ids, n)
+        _, inverse, counts = np.unique(grams, return_inverse=True, return_counts=True)
+        starts = np.flatnonzero(counts[inverse] > 1)
+        cover = np.zeros(len(words) + 1, dtype=np.int64)
+        np.add.at(cover, starts, 1)
+        np.add.at(cover, starts + n, -1)
+        covered = np.cumsum(cover[:-1]) > 0
+        yield f"duplicated_{n}_grams", int(lengths[covered].sum()), limit
 
 
 def repetition(text: str, words: list[str]) -> str:
@@ -73,12 +92,9 @@ def repetition(text: str, words: list[str]) -> str:
     if line_chars > DUP_LINE_CHAR_FRAC * total:
         return "dup_line_char_frac"
     word_chars = max(sum(len(w) for w in words), 1)
-    for n, limit in TOP_NGRAM_CHAR_FRAC:
-        if _top_ngram_chars(words, n) > limit * word_chars:
-            return f"top_{n}_gram"
-    for n, limit in DUP_NGRAM_CHAR_FRAC:
-        if _dup_ngram_chars(words, n) > limit * word_chars:
-            return f"duplicated_{n}_grams"
+    for rule, chars, limit in _ngram_scores(words):
+        if chars > limit * word_chars:
+            return rule
     return ""
 
 

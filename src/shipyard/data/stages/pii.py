@@ -17,12 +17,18 @@ PHONE = re.compile(
     r"(?<![\w+])(?:\+\d{1,3}[ .-]?)?(?:\(\d{1,4}\)[ .-]?)?\d{2,4}(?:[ .-]\d{2,4}){2,4}(?!\w)"
 )
 IPV4 = re.compile(r"\b(?:\d{1,3}\.){3}\d{1,3}\b")
-IPV6 = re.compile(r"(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![\w:])")
+# IPv6 candidates (two or more colons, hex digits), confirmed by `ipaddress` before redaction.
+IPV6 = re.compile(
+    r"(?<![\w:])(?=[0-9a-fA-F:]*[0-9a-fA-F])[0-9a-fA-F]*:[0-9a-fA-F:]*:[0-9a-fA-F:]*(?![\w:])"
+)
 
 PLACEHOLDERS = {"email": "<EMAIL>", "phone": "<PHONE>", "ip": "<IP>"}
 
 
 def _valid_ip(match: re.Match[str]) -> bool:
+    # "a::b" parses as IPv6 but in text is far more often code; real addresses have a long group.
+    if ":" in match.group(0) and max(len(g) for g in match.group(0).split(":")) < 3:
+        return False
     try:
         ipaddress.ip_address(match.group(0))
     except ValueError:
