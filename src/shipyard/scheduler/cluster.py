@@ -32,6 +32,10 @@ class ClusterState:
             self.groups["leaf"].setdefault(node.leaf, []).append(i)
             self.groups["block"].setdefault(node.block, []).append(i)
         self._cand_cache: dict[tuple[str, bool], list[int]] = {}
+        self._group_cache: dict[tuple[str, bool, str], list[list[int]]] = {}
+        self._capacity: dict[str, int] = {}
+        for node in self.nodes:
+            self._capacity[node.gpu_type] = max(self._capacity.get(node.gpu_type, 0), node.gpus)
         self.gpu_types = sorted({n.gpu_type for n in self.nodes})
 
     def set_node_state(self, name: str, state: str) -> None:
@@ -42,6 +46,7 @@ class ClusterState:
             raise NotFound(f"node {name!r} is not in the cluster")
         self.node_state[self.index[name]] = state
         self._cand_cache.clear()
+        self._group_cache.clear()
 
     def candidates(self, job: Job) -> list[int]:
         """Healthy nodes of the job's GPU type; small jobs stay out of the large-job pool."""
@@ -63,9 +68,27 @@ class ClusterState:
         self, job: Job, free: Sequence[int] | None = None, exclude: set[int] | None = None
     ) -> Allocation | None:
         cand = self.candidates(job)
+        groups: list[list[int]] = []
+        if job.topology != "any":
+            level = job.topology.split("-")[1]
+            groups = self._grouped(job, level)
         if exclude:
             cand = [i for i in cand if i not in exclude]
-        return place(job, self.nodes, self.free if free is None else free, cand, self.groups)
+            groups = [[i for i in g if i not in exclude] for g in groups]
+        capacity = self._capacity.get(job.gpu_type, 0)
+        return place(job, self.nodes, self.free if free is None else free, cand, groups, capacity)
+
+    def _grouped(self, job: Job, level: str) -> list[list[int]]:
+        key = (job.gpu_type, job.gpus < self.large_job_min_gpus, level)
+        found = self._group_cache.get(key)
+        if found is None:
+            allowed = set(self.candidates(job))
+            found = [
+                [i for i in members if i in allowed] for members in self.groups[level].values()
+            ]
+            found = [g for g in found if g]
+            self._group_cache[key] = found
+        return found
 
     def capacity(self, gpu_type: str) -> int:
         return sum(n.gpus for n in self.nodes if n.gpu_type == gpu_type)

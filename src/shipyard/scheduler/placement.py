@@ -12,9 +12,14 @@ from shipyard.scheduler.model import Allocation, Job, Node
 
 
 def fit(
-    gpus: int, per_node: int | None, nodes: Sequence[Node], free: Sequence[int], cand: Sequence[int]
+    gpus: int,
+    per_node: int | None,
+    nodes: Sequence[Node],
+    free: Sequence[int],
+    cand: Sequence[int],
+    capacity: int,
 ) -> Allocation | None:
-    """An allocation of `gpus` over the candidate node indices, or None if none exists."""
+    """An allocation of `gpus` over the candidate node indices (`capacity`: the largest node)."""
     if not cand:
         return None
     if per_node is not None:
@@ -24,11 +29,10 @@ def fit(
             return None
         eligible.sort(key=free.__getitem__)
         return dict.fromkeys(eligible[:count], per_node)
-    capacity = max(nodes[i].gpus for i in cand)
     if gpus <= capacity:
         return _best_single(gpus, free, cand)
     whole_count, rest = divmod(gpus, capacity)
-    whole = [i for i in cand if free[i] == capacity]
+    whole = [i for i in cand if free[i] == capacity == nodes[i].gpus]
     if len(whole) < whole_count:
         return None
     alloc = dict.fromkeys(whole[:whole_count], capacity)
@@ -59,25 +63,23 @@ def place(
     nodes: Sequence[Node],
     free: Sequence[int],
     cand: Sequence[int],
-    groups: dict[str, dict[str, list[int]]],
+    groups: Sequence[Sequence[int]],
+    capacity: int,
 ) -> Allocation | None:
-    """Place `job` honouring its topology mode; `groups[level][name]` lists node indices."""
+    """Place `job` honouring its topology mode; `groups` are its leaves or blocks (candidates)."""
     if job.topology == "any":
-        return fit(job.gpus, job.gpus_per_node, nodes, free, cand)
-    want, level = job.topology.split("-")
-    allowed = set(cand)
+        return fit(job.gpus, job.gpus_per_node, nodes, free, cand, capacity)
     options = []
-    for members in groups[level].values():
-        inside = [i for i in members if i in allowed]
-        total = sum(free[i] for i in inside)
+    for members in groups:
+        total = sum(free[i] for i in members)
         if total >= job.gpus:
-            options.append((total, inside))
+            options.append((total, members))
     # Best fit at group level too: fill the tightest leaf or block that can hold the gang.
     options.sort(key=lambda o: o[0])
-    for _, inside in options:
-        alloc = fit(job.gpus, job.gpus_per_node, nodes, free, inside)
+    for _, members in options:
+        alloc = fit(job.gpus, job.gpus_per_node, nodes, free, members, capacity)
         if alloc is not None:
             return alloc
-    if want == "prefer":
-        return fit(job.gpus, job.gpus_per_node, nodes, free, cand)
+    if job.topology.startswith("prefer"):
+        return fit(job.gpus, job.gpus_per_node, nodes, free, cand, capacity)
     return None

@@ -91,21 +91,26 @@ class Policy:
         free_total = {t: state.free_gpus(t) for t in state.gpu_types}
         failed: set[tuple[object, ...]] = set()
         taken: set[str] = set()
+        tried: set[str] = set()
         attempts = cfg.preemption_attempts_per_pass if cfg.preemption else 0
         reserved = False
         for nominal_only in (True, False) if cfg.borrowing else (True,):
             for job in queue:
-                if job.id in taken:
+                if job.id in taken or (not nominal_only and job.id in tried):
                     continue
                 fit = state.quota.check(job.team, job.gpu_type, job.gpus)
                 entitled = fit in (Fit.NOMINAL, Fit.RECLAIM)
-                if fit is Fit.NONE or (nominal_only and not entitled):
+                if fit is Fit.NONE and nominal_only and self._waits_for_quota(state, job):
+                    pass  # blocked like a job that does not fit the nodes: it may reserve
+                elif fit is Fit.NONE or (nominal_only and not entitled):
                     continue
                 if fit is Fit.BORROW and not self._may_borrow(job):
                     continue
                 tier = job.tier if entitled else max(job.tier, Tier.BORROWED)
+                if nominal_only:
+                    tried.add(job.id)  # placement only gets harder within a pass
                 run = None
-                if fit is not Fit.RECLAIM:
+                if fit in (Fit.NOMINAL, Fit.BORROW):
                     reservation = decision.reservation
                     run = self._try_place(state, job, tier, now, reservation, failed, free_total)
                 if run is None and entitled and attempts > 0 and job.tier <= Tier.GUARANTEED:
@@ -123,6 +128,12 @@ class Policy:
                     reserved = True
                     decision.reservation = reserve(state, job, now)
         return decision
+
+    @staticmethod
+    def _waits_for_quota(state: ClusterState, job: Job) -> bool:
+        # Within nominal once the team's own running jobs end: it must not be starved by
+        # smaller jobs slipping past, so it is treated as blocked (and may hold the reservation).
+        return job.gpus <= state.quota.nominal(job.team, job.gpu_type)
 
     def _may_borrow(self, job: Job) -> bool:
         # Borrowed GPUs must be reclaimable: only preemptible jobs borrow, and a job preempted
