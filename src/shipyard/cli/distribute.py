@@ -49,8 +49,9 @@ def _serve(args: argparse.Namespace) -> int:
         max_inflight=args.max_inflight,
         upload_limit_bps=args.upload_limit_mbit * 125_000 if args.upload_limit_mbit else None,
     )
-    print(f"peer {config.me} serving {config.store}", file=sys.stderr, flush=True)
-    run_daemon(config)
+    run_daemon(
+        config, ready=lambda: print(f"peer {config.me} listening", file=sys.stderr, flush=True)
+    )
     return 0
 
 

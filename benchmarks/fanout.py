@@ -1,0 +1,314 @@
+"""Fan one artifact out to N emulated hosts (network namespaces, veth, a bridge, `tc tbf` caps)
+and compare Shipyard's swarm with every host downloading straight from the origin over HTTP.
+
+    sudo .venv/bin/python benchmarks/fanout.py [--hosts 16] [--rate-mbit 100] [--size-mib 256]
+        [--chaos] [--chaos-origin] [--baseline-size-mib S] [--no-baseline]
+
+Prints progress on stderr and, last, one JSON line: value = T_shipyard / (S/B), baseline =
+T_origin / (S/B), ratio = baseline / value (the speed-up), origin_bytes_ratio = piece bytes the
+origin sent / S. S/B is the artifact size over one host's link rate: no host can finish sooner.
+"""
+
+import argparse
+import json
+import math
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fanout_rig import Rig
+from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
+
+PORT = 7000
+ORIGIN_PORT = 8000
+TRIGGER = """
+import json, socket, struct, sys
+host, port, artifact = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+req = json.dumps({"op": "fetch", "artifact": artifact, "pieces": None}).encode()
+with socket.create_connection((host, port), timeout=120) as s:
+    s.sendall(struct.pack(">I", len(req)) + req)
+    n = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
+    sys.exit(1 if json.loads(s.recv(n, socket.MSG_WAITALL)).get("error") else 0)
+"""
+
+
+@dataclass
+class Host:
+    name: str
+    ns: str
+    ip: str
+    store: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    starts: int = 0
+    resumed_from: int | None = None  # pieces on disk when it was restarted
+
+    @property
+    def address(self) -> str:
+        return f"{self.ip}:{PORT}"
+
+
+@dataclass
+class Run:
+    hosts: list[Host]
+    hashes: list[str]
+    dead: set[str] = field(default_factory=set)
+    events: list[str] = field(default_factory=list)
+
+    def held(self, host: Host) -> set[str]:
+        root = host.store / "pieces"
+        return {p.name for p in root.glob("*/*")} if root.exists() else set()
+
+
+def say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--hosts", type=int, default=16)
+    p.add_argument("--rate-mbit", type=float, default=100.0, help="each host's link, each way")
+    p.add_argument("--origin-rate-mbit", type=float, default=100.0)
+    p.add_argument("--size-mib", type=int, default=256)
+    p.add_argument("--piece-mib", type=int, default=1)
+    p.add_argument("--chaos", action="store_true", help="kill 25%% of hosts at 30%% progress")
+    p.add_argument("--chaos-origin", action="store_true", help="kill the origin once pieces x2")
+    p.add_argument("--baseline-size-mib", type=int, help="origin-only run size (default: size)")
+    p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=900.0)
+    args = p.parse_args()
+    if os.geteuid() != 0:
+        p.error("needs root (network namespaces and tc)")
+    if not 2 <= args.hosts <= 240:
+        p.error("--hosts must be between 2 and 240")
+    return args
+
+
+def make_artifact(work: Path, size_mib: int, piece_mib: int) -> tuple[Path, Manifest]:
+    src = work / "src"
+    src.mkdir()
+    rng = random.Random(1)
+    with open(src / "model.bin", "wb") as out:
+        for _ in range(size_mib):
+            out.write(rng.randbytes(1 << 20))
+    store = work / "origin"
+    manifest = put_tree(PieceStore(LocalBackend(store, fsync=False)), src, "model", piece_mib << 20)
+    return store, manifest
+
+
+def start_daemon(rig: Rig, host: Host, seed: str, origin: str) -> None:
+    host.starts += 1
+    cmd = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen", host.address,
+           "--seeds", seed, "--store", str(host.store), "--origin", origin,
+           "--no-fsync"]  # fmt: skip
+    host.proc = rig.spawn(host.ns, cmd, host.log)
+
+
+def wait_listening(hosts: list[Host], deadline: float) -> None:
+    for host in hosts:
+        while host.log.read_text().count("listening") < host.starts:
+            if time.monotonic() > deadline or (host.proc and host.proc.poll() is not None):
+                raise SystemExit(f"{host.name} did not start:\n{host.log.read_text()[-2000:]}")
+            time.sleep(0.1)
+
+
+def trigger(rig: Rig, host: Host, artifact: str) -> subprocess.Popen[bytes]:
+    cmd = [sys.executable, "-S", "-c", TRIGGER, host.ip, str(PORT), artifact]
+    return rig.spawn(host.ns, cmd, host.log)
+
+
+def metrics(host: Host) -> dict[str, float]:
+    text = subprocess.run(
+        ["ip", "netns", "exec", host.ns, "curl", "-s", f"http://{host.address}/metrics"],
+        capture_output=True, text=True, timeout=30, check=True,
+    ).stdout  # fmt: skip
+    return {
+        k: float(v) for k, v in (ln.rsplit(" ", 1) for ln in text.splitlines() if ln[:1] != "#")
+    }
+
+
+def origin_piece_bytes(log: Path, sizes: dict[str, int]) -> int:
+    served = re.findall(r'"GET /pieces/\w+/(\w+) HTTP/1\.[01]" 200', log.read_text())
+    return sum(sizes.get(h, 0) for h in served)
+
+
+def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, origin_url: str,
+          origin: subprocess.Popen[bytes], started: float) -> float:  # fmt: skip
+    """Trigger every host, apply the chaos schedule, return seconds until all live hosts hold
+    every piece (each piece lands in a store only after its hash was verified)."""
+    rng = random.Random(args.seed)
+    total = len(run.hashes)
+    restart_at: tuple[float, list[Host]] | None = None
+    chaos_done = origin_done = False
+    last_report = 0.0
+    for host in run.hosts:
+        trigger(rig, host, manifest.id)
+    while True:
+        now = time.monotonic() - started
+        held = {h.name: run.held(h) for h in run.hosts}
+        live = [h for h in run.hosts if h.name not in run.dead]
+        if all(len(held[h.name]) == total for h in live) and restart_at is None:
+            return now
+        if now > args.timeout:
+            raise SystemExit(f"timed out after {now:.0f} s: {[len(held[h.name]) for h in live]}")
+        progress = sum(len(held[h.name]) for h in live) / (total * len(live))
+        if now - last_report > 2:
+            last_report = now
+            low = min(len(held[h.name]) for h in live) / total
+            print(f"  t={now:5.1f}s  mean {progress:6.1%}  min {low:6.1%}", file=sys.stderr)
+        if args.chaos and not chaos_done and progress >= 0.3:
+            chaos_done = True
+            victims = kill_quarter(rig, run, held, rng, always=[run.hosts[0]])
+            restart = rng.sample(victims, len(victims) // 2)
+            restart_at = (now + 10, restart)
+        if restart_at and now >= restart_at[0]:
+            for host in restart_at[1]:
+                host.resumed_from = len(run.held(host))
+                start_daemon(rig, host, run.hosts[0].address, origin_url)
+                run.dead.discard(host.name)
+            wait_listening(restart_at[1], time.monotonic() + 60)
+            for host in restart_at[1]:
+                trigger(rig, host, manifest.id)
+            run.events.append(f"t={now:.1f}s restarted {[h.name for h in restart_at[1]]}")
+            restart_at = None
+        if args.chaos_origin and not origin_done and twice_held(held, run.hashes, live):
+            origin_done = True
+            rig.kill(origin)
+            run.events.append(f"t={now:.1f}s killed the origin")
+            kill_quarter(rig, run, held, rng, always=[])
+        time.sleep(0.2)
+
+
+def twice_held(held: dict[str, set[str]], hashes: list[str], live: list[Host]) -> bool:
+    counts = dict.fromkeys(hashes, 0)
+    for host in live:
+        for h in held[host.name]:
+            counts[h] = counts.get(h, 0) + 1
+    return min(counts.values()) >= 2
+
+
+def kill_quarter(rig: Rig, run: Run, held: dict[str, set[str]], rng: random.Random,
+                 always: list[Host]) -> list[Host]:  # fmt: skip
+    """Kill 25% of live hosts: the given ones, the one holding most pieces, then random ones."""
+    live = [h for h in run.hosts if h.name not in run.dead]
+    chosen = [*always, max(live, key=lambda h: len(held[h.name]))]
+    victims = list({h.name: h for h in chosen}.values())
+    others = [h for h in live if h not in victims]
+    count = max(math.ceil(len(run.hosts) / 4), len(victims))
+    victims += rng.sample(others, max(0, count - len(victims)))
+    for host in victims:
+        assert host.proc is not None
+        rig.kill(host.proc)
+        run.dead.add(host.name)
+    run.events.append(
+        f"killed {[h.name for h in victims]} holding {[len(held[h.name]) for h in victims]} pieces"
+    )
+    return victims
+
+
+def origin_only(rig: Rig, hosts: list[Host], url: str, work: Path) -> float:
+    """Every host downloads the file straight from the origin over HTTP at the same caps."""
+    started = time.monotonic()
+    procs = [
+        rig.spawn(h.ns, ["curl", "-sf", "-o", "/dev/null", url], work / f"{h.name}-curl.log")
+        for h in hosts
+    ]
+    if any(p.wait() != 0 for p in procs):
+        raise SystemExit("origin-only baseline: a download failed")
+    return time.monotonic() - started
+
+
+def main() -> None:
+    args = parse_args()
+    work = Path(tempfile.mkdtemp(prefix="shipyard-fanout-"))
+    rig = Rig(f"{os.getpid() % 100000}")
+    try:
+        result = bench(args, rig, work)
+    finally:
+        rig.close()
+        shutil.rmtree(work, ignore_errors=True)
+    print(json.dumps(result))
+
+
+def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
+    say(f"building a {args.size_mib} MiB artifact ...")
+    store, manifest = make_artifact(work, args.size_mib, args.piece_mib)
+    sizes = {p.hash: p.size for f in manifest.files for p in f.pieces}
+    base_mib = min(args.baseline_size_mib or args.size_mib, args.size_mib)
+    with open(work / "src" / "model.bin", "rb") as src, open(store / "baseline.bin", "wb") as out:
+        out.write(src.read(base_mib << 20))
+    origin_ns, origin_ip = rig.host("o", 0, args.origin_rate_mbit)
+    origin_log = work / "origin.log"
+    http = [sys.executable, "-m", "http.server", str(ORIGIN_PORT), "--bind", origin_ip,
+            "--directory", str(store)]  # fmt: skip
+    origin = rig.spawn(origin_ns, http, origin_log)
+    origin_url = f"http://{origin_ip}:{ORIGIN_PORT}"
+    hosts = []
+    for i in range(args.hosts):
+        ns, ip = rig.host(f"h{i}", i + 1, args.rate_mbit)
+        hosts.append(Host(f"h{i}", ns, ip, work / f"h{i}", work / f"h{i}.log"))
+    for host in hosts:  # every host knows only the first one: the would-be "tracker"
+        start_daemon(rig, host, hosts[0].address, origin_url)
+    wait_listening(hosts, time.monotonic() + 120)
+    time.sleep(2)  # let gossip spread membership before the clock starts
+    run = Run(hosts, list(sizes))
+    size = manifest.size
+    bound = size * 8 / (args.rate_mbit * 1e6)
+    say(f"swarm: {args.hosts} hosts at {args.rate_mbit} Mbit/s, S/B = {bound:.1f} s")
+    t_swarm = swarm(rig, args, manifest, run, origin_url, origin, time.monotonic())
+    resumed = [(h.name, h.resumed_from, metrics(h)) for h in hosts if h.resumed_from is not None]
+    refetched = sum(
+        int(m.get('shipyard_peer_pieces_received_total{source="peer"}', 0)
+            + m.get('shipyard_peer_pieces_received_total{source="origin"}', 0))
+        - (len(sizes) - (before or 0))
+        for _, before, m in resumed
+    )  # fmt: skip
+    origin_bytes = origin_piece_bytes(origin_log, sizes)
+    result: dict[str, object] = {
+        "name": "fanout",
+        "value": round(t_swarm / bound, 3),
+        "unit": "x S/B",
+        "t_shipyard_s": round(t_swarm, 2),
+        "bound_s": round(bound, 2),
+        "origin_bytes_ratio": round(origin_bytes / size, 3),
+        "hosts": args.hosts,
+        "rate_mbit": args.rate_mbit,
+        "size_mib": args.size_mib,
+        "piece_mib": args.piece_mib,
+        "chaos": args.chaos,
+        "chaos_origin": args.chaos_origin,
+        "events": run.events,
+        "restarted_hosts_refetched_pieces": refetched if resumed else None,
+        "load_avg_1m": round(os.getloadavg()[0], 2),
+    }
+    say(f"swarm done in {t_swarm:.1f} s; origin sent {origin_bytes / size:.2f} x S")
+    if args.no_baseline:
+        return result
+    for host in hosts:
+        if host.proc:
+            rig.kill(host.proc)
+    if origin.poll() is not None:
+        origin = rig.spawn(origin_ns, http, origin_log)
+        time.sleep(1)
+    say(f"origin-only: {args.hosts} curl downloads of {base_mib} MiB ...")
+    measured = origin_only(rig, hosts, f"{origin_url}/baseline.bin", work)
+    t_origin = measured * args.size_mib / base_mib  # bandwidth-bound: linear in size
+    result |= {
+        "baseline": round(t_origin / bound, 3),
+        "ratio": round(t_origin / t_swarm, 3),
+        "t_origin_s": round(t_origin, 2),
+        "baseline_measured_mib": base_mib,
+    }
+    return result
+
+
+if __name__ == "__main__":
+    main()
