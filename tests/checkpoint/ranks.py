@@ -1,0 +1,43 @@
+"""Launch N gloo rank processes of a script on loopback, as torchrun would."""
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launch(script: str, world: int, args: list[str]) -> list[subprocess.Popen[bytes]]:
+    port = str(free_port())
+    procs = []
+    for rank in range(world):
+        env = {
+            **os.environ,
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": port,
+            "OMP_NUM_THREADS": "1",
+        }
+        procs.append(subprocess.Popen([sys.executable, str(HERE / script), *args], env=env))
+    return procs
+
+
+def run(script: str, world: int, args: list[str], timeout: float = 120) -> list[int]:
+    """Run all ranks to the end; returns their exit codes."""
+    procs = launch(script, world, args)
+    try:
+        return [p.wait(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
