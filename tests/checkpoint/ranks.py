@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 
 
 def free_port() -> int:
@@ -26,6 +27,8 @@ def launch(script: str, world: int, args: list[str]) -> list[subprocess.Popen[by
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": port,
             "OMP_NUM_THREADS": "1",
+            # Rank scripts import test helpers as `tests.…`, as pytest does.
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
         }
         procs.append(subprocess.Popen([sys.executable, str(HERE / script), *args], env=env))
     return procs
