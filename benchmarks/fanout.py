@@ -135,6 +135,17 @@ def metrics(host: Host) -> dict[str, float]:
     }
 
 
+def cpu_seconds(proc: subprocess.Popen[bytes] | None) -> float:
+    """User + system CPU a live process has used (`ip netns exec` execs, so the pid is ours)."""
+    if proc is None:
+        return 0.0
+    try:
+        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def origin_piece_bytes(log: Path, sizes: dict[str, int]) -> int:
     served = re.findall(r'"GET /pieces/\w+/(\w+) HTTP/1\.[01]" 200', log.read_text())
     return sum(sizes.get(h, 0) for h in served)
@@ -264,6 +275,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     bound = size * 8 / (args.rate_mbit * 1e6)
     say(f"swarm: {args.hosts} hosts at {args.rate_mbit} Mbit/s, S/B = {bound:.1f} s")
     t_swarm = swarm(rig, args, manifest, run, origin_url, origin, time.monotonic())
+    daemon_cpu = sum(cpu_seconds(h.proc) for h in hosts if h.name not in run.dead)
     resumed = [(h.name, h.resumed_from, metrics(h)) for h in hosts if h.resumed_from is not None]
     refetched = sum(
         int(m.get('shipyard_peer_pieces_received_total{source="peer"}', 0)
@@ -288,6 +300,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "events": run.events,
         "restarted_hosts_refetched_pieces": refetched if resumed else None,
         "load_avg_1m": round(os.getloadavg()[0], 2),
+        "live_daemons_cpu_s": round(daemon_cpu, 1),
     }
     say(f"swarm done in {t_swarm:.1f} s; origin sent {origin_bytes / size:.2f} x S")
     if args.no_baseline:

@@ -3,7 +3,12 @@
 import random
 
 from shipyard.distribute.membership import HaveMap, Membership
-from shipyard.distribute.picker import choose_peer, rarest_first, rendezvous_owners
+from shipyard.distribute.picker import (
+    Availability,
+    choose_peer,
+    rarest_first,
+    rendezvous_owners,
+)
 
 
 class Clock:
@@ -67,8 +72,12 @@ def test_rendezvous_owner_moves_only_when_it_leaves() -> None:
 
 def test_rarest_first_and_least_loaded_peer() -> None:
     haves = {"a": HaveMap(True, 0b111), "b": HaveMap(True, 0b011), "c": HaveMap(True, 0b001)}
-    order = rarest_first([0, 1, 2, 3], haves, random.Random(1))
-    assert [i for i, _ in order] == [2, 1, 0]  # piece 3 has no holder
+    avail = Availability(haves, 4)
+    assert rarest_first([0, 1, 2, 3], avail.counts, random.Random(1)) == [2, 1, 0]  # 3: nobody
+    assert avail.holders(1) == ["a", "b"]
+    ties = Availability({"a": HaveMap(True, 0b1111)}, 4).counts
+    orders = {tuple(rarest_first([0, 1, 2, 3], ties, random.Random(s))) for s in range(10)}
+    assert len(orders) > 1  # equally rare pieces are taken in random order
     assert choose_peer(["a", "b"], {"a": 1}, {}, limit=2) == "b"
     assert choose_peer(["a", "b"], {"a": 2, "b": 2}, {}, limit=2) is None
     assert choose_peer(["a", "b"], {}, {"a": 1.0, "b": 9.0}, limit=2) == "b"

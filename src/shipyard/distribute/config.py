@@ -40,7 +40,7 @@ class DaemonConfig:
     hedge_after: float = 1.5
     max_inflight: int = 8
     per_peer_inflight: int = 2
-    origin_inflight: int = 2
+    origin_inflight: int = 1
     origin_replicas: int = 1
     upload_limit_bps: float | None = None
 

@@ -13,7 +13,12 @@ from dataclasses import dataclass, field
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
 from shipyard.distribute.membership import HaveMap
-from shipyard.distribute.picker import choose_peer, rarest_first, rendezvous_owners
+from shipyard.distribute.picker import (
+    Availability,
+    choose_peer,
+    rarest_first,
+    rendezvous_owners,
+)
 from shipyard.distribute.wire import PeerUnavailable, request
 from shipyard.errors import IntegrityError, ShipyardError
 from shipyard.store import Manifest
@@ -21,7 +26,8 @@ from shipyard.store.pieces import piece_key
 
 ORIGIN = "origin"
 TICK = 0.25
-SETTLE_ROUNDS = 4  # gossip rounds a new fetch waits so owners agree before touching the origin
+COALESCE = 0.03
+SETTLE_ROUNDS = 2  # gossip rounds a new fetch waits so owners agree before touching the origin
 
 
 @dataclass
@@ -44,6 +50,7 @@ class Holding:
     bytes_from: dict[str, int] = field(default_factory=lambda: {"peer": 0, "origin": 0})
     inflight: dict[int, list[Transfer]] = field(default_factory=dict)
     origin_after: float = 0.0
+    _owned_cache: tuple[tuple[str, ...], set[int]] = field(default_factory=lambda: ((), set()))
     _runner: "asyncio.Task[None] | None" = None
 
     def __post_init__(self) -> None:
@@ -105,45 +112,52 @@ class Holding:
             self.ctx.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.ctx.changed.wait(), TICK)
+            await asyncio.sleep(COALESCE)  # one scheduling pass serves a burst of events
 
-    def _peer_haves(self) -> dict[str, HaveMap]:
+    def _availability(self) -> Availability:
         haves = {}
         for member in self.ctx.membership.alive():
-            record = self.ctx.membership.records[member]
-            have = record.haves.get(self.artifact)
+            have = self.ctx.membership.records[member].haves.get(self.artifact)
             if have is not None and member not in self.ctx.blamed:
                 haves[member] = have
-        return haves
+        return Availability(haves, len(self.hashes))
 
     def _schedule(self) -> None:
         cfg = self.ctx.config
-        haves = self._peer_haves()
+        avail = self._availability()
         unassigned = [i for i in self.missing() if i not in self.inflight]
-        for index, who in rarest_first(unassigned, haves, self.ctx.rng):
+        for index in rarest_first(unassigned, avail.counts, self.ctx.rng):
             if self._open_requests() >= cfg.max_inflight:
-                return
+                break
+            who = avail.holders(index)
             peer = choose_peer(who, self.ctx.load, self.ctx.rate, cfg.per_peer_inflight)
             if peer is not None:
                 self._start(index, peer)
-        self._fetch_owned_from_origin(unassigned, haves)
-        self._hedge(haves, endgame=not unassigned)
+        self._fetch_owned_from_origin(unassigned, avail)
+        self._hedge(avail, endgame=not unassigned)
 
-    def _fetch_owned_from_origin(self, unassigned: list[int], haves: dict[str, HaveMap]) -> None:
+    def _fetch_owned_from_origin(self, unassigned: list[int], avail: Availability) -> None:
         """Pieces no live peer holds come from the origin, but only through their owners."""
         if self.ctx.origin is None or time.monotonic() < self.origin_after:
             return
-        cfg = self.ctx.config
-        interested = [m for m, h in haves.items() if h.full] + [self.ctx.membership.me]
+        records = self.ctx.membership.records
+        interested = [m for m in avail.members if records[m].haves[self.artifact].full]
+        owned = self._owned(tuple(sorted([*interested, self.ctx.membership.me])))
         for index in unassigned:
-            if self.ctx.load.get(ORIGIN, 0) >= cfg.origin_inflight:
+            if self.ctx.load.get(ORIGIN, 0) >= self.ctx.config.origin_inflight:
                 return
-            if index in self.inflight or any(h.has(index) for h in haves.values()):
-                continue
-            owners = rendezvous_owners(self.hashes[index], interested, cfg.origin_replicas)
-            if self.ctx.membership.me in owners:
+            if index in owned and index not in self.inflight and avail.counts[index] == 0:
                 self._start(index, ORIGIN)
 
-    def _hedge(self, haves: dict[str, HaveMap], endgame: bool) -> None:
+    def _owned(self, interested: tuple[str, ...]) -> set[int]:
+        """Pieces whose rendezvous owners include this peer; recomputed when membership moves."""
+        if self._owned_cache[0] != interested:
+            me, count = self.ctx.membership.me, self.ctx.config.origin_replicas
+            owners = (rendezvous_owners(h, interested, count) for h in self.hashes)
+            self._owned_cache = (interested, {i for i, o in enumerate(owners) if me in o})
+        return self._owned_cache[1]
+
+    def _hedge(self, avail: Availability, endgame: bool) -> None:
         """Duplicate slow requests onto another holder while slots are free (endgame: sooner)."""
         cfg = self.ctx.config
         patience = cfg.hedge_after / 4 if endgame else cfg.hedge_after
@@ -154,7 +168,7 @@ class Holding:
             if len(transfers) > 1 or now - transfers[0].started < patience:
                 continue
             busy = {t.source for t in transfers}
-            others = [m for m, h in haves.items() if h.has(index) and m not in busy]
+            others = [m for m in avail.holders(index) if m not in busy]
             peer = choose_peer(others, self.ctx.load, self.ctx.rate, cfg.per_peer_inflight)
             if peer is not None:
                 self.ctx.metrics.inc("shipyard_peer_hedged_requests_total")

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 FORGET_AFTER = 60.0
 
 
@@ -27,8 +29,10 @@ class HaveMap:
     def has(self, index: int) -> bool:
         return (self.bits >> index) & 1 == 1
 
-    def count(self) -> int:
-        return self.bits.bit_count()
+    def array(self, pieces: int) -> np.ndarray:
+        """The map as `pieces` booleans (bit i of the integer is piece i)."""
+        raw = np.frombuffer(self.bits.to_bytes((pieces + 7) // 8, "little"), dtype=np.uint8)
+        return np.unpackbits(raw, bitorder="little")[:pieces].astype(bool)
 
 
 @dataclass(frozen=True)

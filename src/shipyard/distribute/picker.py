@@ -10,6 +10,8 @@ import hashlib
 import random
 from collections.abc import Iterable, Mapping, Sequence
 
+import numpy as np
+
 from shipyard.distribute.membership import HaveMap
 
 
@@ -22,21 +24,25 @@ def rendezvous_owners(piece_hash: str, members: Iterable[str], count: int) -> li
     return sorted(members, key=score, reverse=True)[:count]
 
 
-def holders(index: int, haves: Mapping[str, HaveMap]) -> list[str]:
-    return [member for member, have in haves.items() if have.has(index)]
+class Availability:
+    """Which live peers hold which pieces, as a members × pieces matrix built once per round."""
+
+    def __init__(self, haves: Mapping[str, HaveMap], pieces: int) -> None:
+        self.members = list(haves)
+        rows = [haves[m].array(pieces) for m in self.members]
+        self.matrix = np.stack(rows) if rows else np.zeros((0, pieces), dtype=bool)
+        self.counts = self.matrix.sum(axis=0)
+
+    def holders(self, index: int) -> list[str]:
+        return [self.members[j] for j in np.flatnonzero(self.matrix[:, index])]
 
 
-def rarest_first(
-    wanted: Iterable[int], haves: Mapping[str, HaveMap], rng: random.Random
-) -> list[tuple[int, list[str]]]:
+def rarest_first(wanted: Sequence[int], counts: np.ndarray, rng: random.Random) -> list[int]:
     """Wanted pieces some peer holds, fewest holders first, ties in random order."""
-    ranked = []
-    for index in wanted:
-        who = holders(index, haves)
-        if who:
-            ranked.append((len(who), rng.random(), index, who))
-    ranked.sort()
-    return [(index, who) for _, _, index, who in ranked]
+    indices = np.asarray(wanted, dtype=np.int64)
+    indices = indices[counts[indices] > 0] if len(indices) else indices
+    ties = np.array([rng.random() for _ in range(len(indices))])
+    return [int(i) for i in indices[np.lexsort((ties, counts[indices]))]]
 
 
 def choose_peer(
