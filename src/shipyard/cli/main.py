@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "shipyard.cli.demo",
     "shipyard.cli.distribute",
     "shipyard.cli.data",
+    "shipyard.cli.scheduler",
 ]
 
 

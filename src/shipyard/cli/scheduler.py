@@ -1,0 +1,142 @@
+"""`shipyard scheduler serve|simulate` and `shipyard job submit|cancel|status`."""
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+from shipyard.errors import InvalidInput
+from shipyard.scheduler.model import PRIORITY_CLASSES, TOPOLOGY_MODES, Job
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def duration(text: str) -> float:
+    """`90`, `90s`, `30m`, `2h` or `1d` → seconds."""
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r} (use e.g. 90s, 30m, 2h, 1d)")
+    return float(match[1]) * _UNITS[match[2] or "s"]
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    sched = subparsers.add_parser(
+        "scheduler", help="run or simulate the multi-tenant GPU scheduler"
+    )
+    commands = sched.add_subparsers(dest="scheduler_command", required=True, metavar="COMMAND")
+    serve = commands.add_parser("serve", help="run the scheduler service with the local backend")
+    serve.add_argument("--config", type=Path, required=True, help="cluster JSON: nodes, teams")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8642)
+    serve.add_argument("--tick", type=float, default=0.5, help="seconds between passes")
+    serve.add_argument("--logs", type=Path, help="job logs (default: $SHIPYARD_HOME/jobs)")
+    serve.set_defaults(func=_serve)
+    sim = commands.add_parser("simulate", help="replay a Philly-format trace through the policy")
+    sim.add_argument("--trace", type=Path, required=True)
+    sim.add_argument("--vcs", type=Path, help="VC node counts (default: philly_vc.csv beside it)")
+    sim.add_argument("--policy", default="shipyard", help="fifo, sjf, slurm or shipyard")
+    sim.add_argument("--load-factor", type=float, default=1.0)
+    sim.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    sim.set_defaults(func=_simulate)
+
+    job = subparsers.add_parser("job", help="submit, cancel and inspect scheduler jobs")
+    jobs = job.add_subparsers(dest="job_command", required=True, metavar="COMMAND")
+    submit = jobs.add_parser("submit", help="queue a gang: shipyard job submit ... -- CMD")
+    submit.add_argument("--team", required=True)
+    submit.add_argument("--gpus", type=int, required=True)
+    submit.add_argument("--gpus-per-node", type=int)
+    submit.add_argument("--gpu-type", default="gpu")
+    submit.add_argument("--priority", default="normal", choices=sorted(PRIORITY_CLASSES))
+    submit.add_argument("--time-limit", type=duration, required=True)
+    submit.add_argument("--preemptible", action="store_true")
+    submit.add_argument("--grace", type=duration, default=30.0)
+    submit.add_argument("--checkpoint-interval", type=duration, default=0.0)
+    submit.add_argument("--topology", default="any", choices=TOPOLOGY_MODES)
+    submit.add_argument("command", nargs=argparse.REMAINDER)
+    submit.set_defaults(func=_submit)
+    cancel = jobs.add_parser("cancel", help="cancel a queued or running job")
+    cancel.add_argument("id")
+    cancel.set_defaults(func=_cancel)
+    status = jobs.add_parser("status", help="one job as JSON, or a table of all jobs")
+    status.add_argument("id", nargs="?")
+    status.set_defaults(func=_status)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from shipyard.scheduler.config import load_config
+    from shipyard.scheduler.serve import serve
+    from shipyard.scheduler.store import JobStore
+    from shipyard.workspace import shipyard_home
+
+    config = load_config(args.config)
+    logs = args.logs or shipyard_home() / "jobs"
+    serve(config, JobStore(), logs, args.host, args.port, args.tick)
+    return 0
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    from shipyard.scheduler.experiments import simulate_trace
+    from shipyard.scheduler.trace import load_philly, load_vc_sizes
+
+    trace = load_philly(args.trace, load_factor=args.load_factor)
+    vcs = load_vc_sizes(args.vcs or args.trace.with_name("philly_vc.csv"))
+    report = simulate_trace(trace, vcs, args.policy)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return 0
+    print(f"policy {args.policy}, load factor {args.load_factor:g}: {report.jobs} jobs")
+    print(f"  avg JCT {report.avg_jct:.0f} s, p99 JCT {report.p99_jct:.0f} s")
+    print(f"  avg queueing delay {report.avg_queue_delay:.0f} s")
+    print(f"  utilization {report.utilization:.3f} (allocated {report.allocated_utilization:.3f})")
+    print(f"  preemptions {report.preemptions}, lost {report.lost_gpu_hours:.1f} GPU-hours")
+    print(f"  fairness (Jain over team slowdowns) {report.jain_fairness:.3f}")
+    frag = report.fragmentation
+    print(
+        f"  fragmentation: {frag['avg_free_gpus']:.0f} free GPUs on average, "
+        f"{frag['avg_scattered_fraction']:.1%} of them outside wholly free nodes"
+    )
+    return 0
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from shipyard.scheduler.store import JobStore
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        raise InvalidInput("job submit: give the command after --")
+    job = Job(
+        id="",
+        team=args.team,
+        gpus=args.gpus,
+        time_limit=args.time_limit,
+        gpus_per_node=args.gpus_per_node,
+        gpu_type=args.gpu_type,
+        priority=args.priority,
+        preemptible=args.preemptible,
+        grace=args.grace,
+        checkpoint_interval=args.checkpoint_interval,
+        topology=args.topology,
+    )
+    print(JobStore().submit(job, command))
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    from shipyard.scheduler.store import JobStore
+
+    print(f"{args.id} {JobStore().cancel(args.id)}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from shipyard.scheduler.store import JobStore
+
+    store = JobStore()
+    if args.id:
+        print(json.dumps(store.get(args.id), indent=2))
+        return 0
+    for row in store.list():
+        spec = row["spec"]
+        what = f"{spec['team']:<10} {spec['gpus']:>4} GPUs"
+        print(f"{row['id']}  {row['state']:<10} {what}  {row['message']}")
+    return 0

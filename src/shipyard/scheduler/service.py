@@ -1,0 +1,144 @@
+"""The live scheduler: the unchanged policy, the SQLite queue and a backend, in one loop.
+
+Each tick: collect ended processes, stop cancelled and over-time jobs, reap idle interactive
+jobs, pick up new submissions, run one policy pass, signal victims and launch admitted gangs.
+A preemptor is launched only after its victims' processes have exited (SIGTERM, then SIGKILL at
+the end of their grace), so two jobs never share a GPU id.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from shipyard.scheduler.cluster import ClusterState
+from shipyard.scheduler.config import ClusterConfig
+from shipyard.scheduler.local import LocalBackend
+from shipyard.scheduler.model import Job, Running, Tier
+from shipyard.scheduler.policy import JobQueue, Policy
+from shipyard.scheduler.store import JobStore
+
+
+@dataclass
+class _Pending:
+    run: Running
+    victims: list[str]
+
+
+@dataclass
+class Service:
+    config: ClusterConfig
+    store: JobStore
+    backend: LocalBackend
+    clock: Callable[[], float] = time.time
+    state: ClusterState = field(init=False)
+    policy: Policy = field(init=False)
+    queue: JobQueue = field(init=False)
+    _queued: set[str] = field(default_factory=set)
+    _pending: dict[str, _Pending] = field(default_factory=dict)
+    _stopping: dict[str, str] = field(default_factory=dict)  # job id → state once it has exited
+    _reports: dict[str, float] = field(default_factory=dict)  # last utilization report
+    _warned: set[str] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.state = ClusterState(self.config.nodes, self.config.teams)
+        self.policy = Policy(self.config.policy)
+        self.queue = JobQueue(self.config.policy)
+        for row in self.store.list("running", "cancelling"):
+            # A restarted service cannot adopt processes it did not start: requeue them.
+            self.store.update(row["id"], state="queued", message="requeued after restart")
+
+    def report_utilization(self, job_id: str) -> None:
+        self._reports[job_id] = self.clock()
+        self._warned.discard(job_id)
+
+    def tick(self) -> None:
+        now = self.clock()
+        for job_id, code in self.backend.poll(now):
+            self._ended(job_id, code, now)
+        self._stop_requested(now)
+        rows = self.store.list("queued")
+        gone = self._queued - {row["id"] for row in rows}  # cancelled while queued
+        self.queue.remove(gone)
+        self._queued -= gone
+        for row in rows:
+            if row["id"] not in self._queued and row["id"] not in self.state.running:
+                self.queue.add(Job(**row["spec"]))
+                self._queued.add(row["id"])
+        decision = self.policy.schedule(self.state, self.queue, now)
+        for victim, by in decision.preempted:
+            victim.job.preemptions += 1
+            self.store.update(victim.job.id, spec=asdict(victim.job))
+            self._stop(victim.job.id, victim.job.grace, now, "queued", f"preempted by {by}")
+        for run in decision.admitted:
+            victims = [v.job.id for v, by in decision.preempted if by == run.job.id]
+            self._pending[run.job.id] = _Pending(run, victims)
+        self.queue.remove({run.job.id for run in decision.admitted})
+        self._queued -= {run.job.id for run in decision.admitted}
+        self._launch_ready(now)
+
+    def _launch_ready(self, now: float) -> None:
+        for job_id, pending in list(self._pending.items()):
+            if any(self.backend.running(v) for v in pending.victims):
+                continue
+            row = self.store.get(job_id)
+            gpus = self.backend.launch(pending.run, row["command"])
+            pending.run.start = now
+            self._reports[job_id] = now
+            self.store.update(job_id, state="running", started=now, gpus=gpus, message="")
+            del self._pending[job_id]
+
+    def _stop_requested(self, now: float) -> None:
+        for row in self.store.list("cancelling"):
+            if row["id"] in self.state.running:
+                self._stop(row["id"], row["spec"]["grace"], now, "cancelled", "cancelled")
+        idle = self.config.idle_minutes * 60
+        for job_id, run in list(self.state.running.items()):
+            if job_id in self._pending or job_id in self._stopping:
+                continue
+            if now > run.start + run.job.time_limit:
+                self._stop(job_id, run.job.grace, now, "failed", "time limit reached")
+            elif run.tier == Tier.INTERACTIVE and now - self._reports.get(job_id, now) > idle:
+                if job_id not in self._warned:
+                    self._warned.add(job_id)
+                    self._reports[job_id] = now  # one more idle period before reclaiming
+                    self.store.update(job_id, message="idle: reclaimed if still idle")
+                else:
+                    self._stop(job_id, run.job.grace, now, "failed", "reclaimed: idle")
+
+    def _stop(self, job_id: str, grace: float, now: float, then: str, why: str) -> None:
+        self._stopping[job_id] = then
+        self.store.update(job_id, message=why)
+        if self.backend.running(job_id):
+            self.backend.stop(job_id, grace, now)
+        else:
+            self._ended(job_id, None, now)
+
+    def _ended(self, job_id: str, code: int | None, now: float) -> None:
+        then = self._stopping.pop(job_id, None)
+        # A preempted job's GPUs already belong to its preemptor (the policy released them).
+        if then != "queued" and job_id in self.state.running:
+            self.state.release(job_id)
+        self._pending.pop(job_id, None)
+        if then == "queued":
+            self.store.update(job_id, state="queued", gpus=None)
+            return
+        state = then or ("done" if code == 0 else "failed")
+        self.store.update(job_id, state=state, finished=now, exit_code=code)
+
+    def status(self) -> dict[str, Any]:
+        """Free GPUs, the largest gang per shape that could start now, and usage per team."""
+        shapes = {}
+        for per_node in (1, 2, 4, 8):
+            shapes[f"{per_node}_per_node"] = sum(
+                (f // per_node) * per_node
+                for f, s in zip(self.state.free, self.state.node_state, strict=True)
+                if s == "up"
+            )
+        return {
+            "free_gpus": sum(self.state.free),
+            "largest_gang": shapes,
+            "running": sorted(self.state.running),
+            "queued": len(self.queue),
+            "usage": {f"{t}/{g}": u for (t, g), u in self.state.quota.usage.items()},
+        }

@@ -1,0 +1,109 @@
+"""The live service with the local backend: real processes, GPU ids, SIGTERM and grace."""
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from shipyard.scheduler.config import parse_config
+from shipyard.scheduler.local import LocalBackend
+from shipyard.scheduler.model import Job
+from shipyard.scheduler.service import Service
+from shipyard.scheduler.store import JobStore
+
+CONFIG = {
+    "nodes": [{"name": "n0", "gpus": 4}],
+    "teams": [
+        {"team": "a", "nominal": {"gpu": 2}, "cohort": "ab"},
+        {"team": "b", "nominal": {"gpu": 2}, "cohort": "ab"},
+    ],
+}
+
+# Records its GPU ids; on SIGTERM writes "term" and exits; otherwise sleeps (unless told to end).
+WORKER = """
+import os, signal, sys, time
+out = sys.argv[1]
+open(out + ".gpus", "w").write(os.environ["CUDA_VISIBLE_DEVICES"])
+if sys.argv[2] == "ignore":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+else:
+    def term(*_):
+        open(out + ".term", "w").write("term")
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, term)
+if sys.argv[2] != "quick":
+    time.sleep(60)
+"""
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Service:
+    store = JobStore(tmp_path / "catalog.db")
+    config = parse_config(CONFIG)
+    svc = Service(config, store, LocalBackend(config.nodes, tmp_path / "logs"))
+    yield svc
+    svc.backend.shutdown()
+
+
+def until(svc: Service, done: Callable[[], bool], limit: float = 30.0) -> None:
+    deadline = time.monotonic() + limit
+    while not done():
+        assert time.monotonic() < deadline, "condition not reached"
+        svc.tick()
+        time.sleep(0.05)
+
+
+def submit(
+    svc: Service, tmp: Path, name: str, team: str, gpus: int, mode: str, **kw: object
+) -> str:
+    job = Job("", team, gpus, 600.0, **kw)  # type: ignore[arg-type]
+    script = tmp / "worker.py"
+    script.write_text(WORKER)
+    return svc.store.submit(job, [sys.executable, str(script), str(tmp / name), mode])
+
+
+def test_runs_real_process_with_cuda_visible_devices(service: Service, tmp_path: Path) -> None:
+    job_id = submit(service, tmp_path, "one", "a", 2, "quick")
+    until(service, lambda: service.store.get(job_id)["state"] == "done")
+    assert (tmp_path / "one.gpus").read_text() == "0,1"
+    row = service.store.get(job_id)
+    assert row["exit_code"] == 0 and row["gpus"] == {"n0": [0, 1]}
+    assert service.state.free == [4]
+
+
+def test_reclaim_sends_sigterm_and_requeues(service: Service, tmp_path: Path) -> None:
+    victim = submit(service, tmp_path, "victim", "b", 4, "sleep", preemptible=True, grace=5.0)
+    until(service, lambda: service.store.get(victim)["state"] == "running")
+    owner = submit(service, tmp_path, "owner", "a", 2, "sleep")
+    until(service, lambda: service.store.get(owner)["state"] == "running")
+    assert (tmp_path / "victim.term").read_text() == "term"
+    row = service.store.get(victim)
+    assert row["state"] == "queued" and row["message"] == f"preempted by {owner}"
+    assert row["spec"]["preemptions"] == 1
+    assert (tmp_path / "owner.gpus").read_text() in ("0,1", "2,3")
+    # Requeued, it comes back once the owner is gone (its team may borrow again).
+    service.store.cancel(owner)
+    until(service, lambda: service.store.get(victim)["state"] == "running")
+
+
+def test_victim_ignoring_sigterm_is_killed_after_grace(service: Service, tmp_path: Path) -> None:
+    victim = submit(service, tmp_path, "stubborn", "b", 4, "ignore", preemptible=True, grace=0.5)
+    until(service, lambda: service.store.get(victim)["state"] == "running")
+    owner = submit(service, tmp_path, "owner", "a", 2, "quick")
+    until(service, lambda: service.store.get(owner)["state"] == "done")
+    assert not (tmp_path / "stubborn.term").exists()
+    assert service.store.get(victim)["state"] in ("queued", "running")
+
+
+def test_cancel_queued_and_running(service: Service, tmp_path: Path) -> None:
+    running = submit(service, tmp_path, "long", "a", 4, "sleep", grace=2.0, preemptible=True)
+    until(service, lambda: service.store.get(running)["state"] == "running")
+    queued = submit(service, tmp_path, "wait", "a", 2, "quick")
+    assert service.store.cancel(queued) == "cancelled"
+    assert service.store.cancel(running) == "cancelling"
+    until(service, lambda: service.store.get(running)["state"] == "cancelled")
+    assert (tmp_path / "long.term").read_text() == "term"
+    assert service.store.get(queued)["state"] == "cancelled"
+    assert service.state.free == [4] and not service.state.running
