@@ -13,8 +13,9 @@ from pathlib import Path
 
 from shipyard.errors import IntegrityError, InvalidInput, NotFound
 from shipyard.hashing import sha256_hex
-from shipyard.store.manifest import FileEntry, Manifest
+from shipyard.store.manifest import FileEntry, Manifest, PieceRef
 from shipyard.store.pieces import PieceStore, piece_key
+from shipyard.store.pipeline import fetch_in_order
 
 Progress = Callable[[int], None]
 
@@ -62,10 +63,11 @@ def _write_file(
     target.parent.mkdir(parents=True, exist_ok=True)
     if not target.parent.resolve().is_relative_to(root.resolve()):
         raise InvalidInput(f"{entry.path}: resolves outside the destination")
+    fetched = fetch_in_order(pieces.get_piece, (ref.hash for ref in entry.pieces))
     with open(target, "wb") as out:
         for index, ref in enumerate(entry.pieces):
             try:
-                data = pieces.get_piece(ref.hash)
+                data = next(fetched)
             except IntegrityError as exc:
                 raise IntegrityError(
                     f"{entry.path}: piece {index} at offset {ref.offset} — {exc}"
@@ -82,16 +84,25 @@ def verify(
     pieces: PieceStore, manifest: Manifest, progress: Progress | None = None
 ) -> list[Problem]:
     """Re-hash every stored piece of the artifact; return what is missing or corrupt."""
+
+    def check(ref: PieceRef) -> str | None:
+        try:
+            data = pieces.backend.get(piece_key(ref.hash))
+        except NotFound:
+            return "missing"
+        return None if len(data) == ref.size and sha256_hex(data) == ref.hash else "corrupt"
+
+    located = [
+        (entry.path, index, ref)
+        for entry in manifest.files
+        for index, ref in enumerate(entry.pieces)
+    ]
     problems = []
-    for entry in manifest.files:
-        for index, ref in enumerate(entry.pieces):
-            try:
-                data = pieces.backend.get(piece_key(ref.hash))
-            except NotFound:
-                problems.append(Problem(entry.path, index, ref.hash, "missing"))
-                continue
-            if len(data) != ref.size or sha256_hex(data) != ref.hash:
-                problems.append(Problem(entry.path, index, ref.hash, "corrupt"))
-            if progress:
-                progress(ref.size)
+    for (path, index, ref), reason in zip(
+        located, fetch_in_order(check, (r for _, _, r in located)), strict=True
+    ):
+        if reason:
+            problems.append(Problem(path, index, ref.hash, reason))
+        if progress:
+            progress(ref.size)
     return problems

@@ -8,6 +8,7 @@ at missing bytes. Re-running the put skips every piece already stored.
 import os
 import stat
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from shipyard.errors import InvalidInput, StorageError
 from shipyard.store.leases import put_lease
 from shipyard.store.manifest import FileEntry, Manifest, PieceRef, validate_relative_path
 from shipyard.store.pieces import PieceStore
+from shipyard.store.pipeline import PieceWriter
 
 DEFAULT_PIECE_SIZE = 16 << 20
 MIN_PIECE_SIZE = 64 << 10
@@ -83,37 +85,36 @@ def put_tree(
             f"piece_size {piece_size} must be between {MIN_PIECE_SIZE} and {MAX_PIECE_SIZE}"
         )
     files = scan_source(Path(source))
-    buffer = bytearray(piece_size)
-    entries = []
-    with put_lease(pieces.backend) as lease:
-        for src in files:
-            entries.append(_put_file(pieces, src, buffer, lease.refresh, progress))
-        manifest = Manifest(
-            kind=kind, piece_size=piece_size, files=tuple(entries), metadata=metadata or {}, run=run
-        )
-        lease.refresh()
-        pieces.put_manifest(manifest)
+    writer = PieceWriter(pieces, piece_size)
+    try:
+        with put_lease(pieces.backend) as lease:
+            entries = [_put_file(writer, src, lease.refresh, progress) for src in files]
+            manifest = Manifest(
+                kind=kind,
+                piece_size=piece_size,
+                files=tuple(entries),
+                metadata=metadata or {},
+                run=run,
+            )
+            lease.refresh()
+            pieces.put_manifest(manifest)
+    finally:
+        writer.close()
     return manifest
 
 
 def _put_file(
-    pieces: PieceStore,
+    writer: PieceWriter,
     src: SourceFile,
-    buffer: bytearray,
     heartbeat: Callable[[], None],
     progress: Progress | None,
 ) -> FileEntry:
-    refs = []
+    stored: list[tuple[Future[str], int, int]] = []
     offset = 0
-    view = memoryview(buffer)
     try:
         with open(src.path, "rb", buffering=0) as fh:
-            while True:
-                n = _read_full(fh, view)
-                if n == 0:
-                    break
-                piece_hash, _ = pieces.put_piece(view[:n])
-                refs.append(PieceRef(piece_hash, offset, n))
+            while n := _read_full(fh, view := writer.buffer()):
+                stored.append((writer.submit(view[:n]), offset, n))
                 offset += n
                 heartbeat()
                 if progress:
@@ -122,7 +123,8 @@ def _put_file(
         raise StorageError(f"cannot read source file {src.path}: {exc.strerror}") from exc
     if offset != src.size:
         raise InvalidInput(f"{src.path} changed size while it was stored ({src.size} → {offset})")
-    return FileEntry(src.relpath, offset, src.mode, tuple(refs))
+    refs = tuple(PieceRef(future.result(), start, n) for future, start, n in stored)
+    return FileEntry(src.relpath, offset, src.mode, refs)
 
 
 def _read_full(fh: Any, view: memoryview) -> int:
