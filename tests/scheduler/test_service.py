@@ -107,3 +107,25 @@ def test_cancel_queued_and_running(service: Service, tmp_path: Path) -> None:
     assert (tmp_path / "long.term").read_text() == "term"
     assert service.store.get(queued)["state"] == "cancelled"
     assert service.state.free == [4] and not service.state.running
+
+
+def test_idle_interactive_job_is_warned_then_reclaimed(tmp_path: Path) -> None:
+    now = [1000.0]
+    config = parse_config({**CONFIG, "idle_minutes": 1})
+    store = JobStore(tmp_path / "catalog.db")
+    svc = Service(config, store, LocalBackend(config.nodes, tmp_path / "logs"), lambda: now[0])
+    try:
+        job_id = submit(svc, tmp_path, "nb", "a", 1, "sleep", priority="interactive", grace=1.0)
+        until(svc, lambda: store.get(job_id)["state"] == "running")
+        now[0] += 30
+        svc.report_utilization(job_id)  # busy: the idle clock restarts
+        now[0] += 61
+        svc.tick()
+        assert store.get(job_id)["message"].startswith("idle")
+        assert store.get(job_id)["state"] == "running"
+        now[0] += 61
+        until(svc, lambda: store.get(job_id)["state"] == "failed")
+        assert store.get(job_id)["message"] == "reclaimed: idle"
+        assert (tmp_path / "nb.term").read_text() == "term"
+    finally:
+        svc.backend.shutdown()
