@@ -39,7 +39,7 @@ class DaemonConfig:
     idle_timeout: float = 4.0
     hedge_after: float = 1.5
     max_inflight: int = 8
-    per_peer_inflight: int = 2
+    per_peer_inflight: int = 3
     origin_inflight: int = 1
     origin_replicas: int = 1
     upload_limit_bps: float | None = None

@@ -26,7 +26,6 @@ from shipyard.store.pieces import piece_key
 
 ORIGIN = "origin"
 TICK = 0.25
-COALESCE = 0.03
 SETTLE_ROUNDS = 2  # gossip rounds a new fetch waits so owners agree before touching the origin
 
 
@@ -50,6 +49,7 @@ class Holding:
     bytes_from: dict[str, int] = field(default_factory=lambda: {"peer": 0, "origin": 0})
     inflight: dict[int, list[Transfer]] = field(default_factory=dict)
     origin_after: float = 0.0
+    _wanted_bits: int = 0
     _owned_cache: tuple[tuple[str, ...], set[int]] = field(default_factory=lambda: ((), set()))
     _runner: "asyncio.Task[None] | None" = None
 
@@ -83,6 +83,7 @@ class Holding:
         else:
             index = {h: i for i, h in enumerate(self.hashes)}
             self.wanted |= {index[h] for h in piece_hashes if h in index}
+        self._wanted_bits = sum(1 << i for i in self.wanted)
         if self.missing() and (self._runner is None or self._runner.done()):
             settle = SETTLE_ROUNDS * self.ctx.config.gossip_interval
             self.origin_after = time.monotonic() + settle
@@ -90,7 +91,13 @@ class Holding:
         self._update_gauges()
 
     def missing(self) -> list[int]:
-        return [i for i in self.wanted if not self.has(i)]
+        rest = self._wanted_bits & ~self.held
+        found = []
+        while rest:  # walk the set bits only: cheap when few pieces are missing
+            low = rest & -rest
+            found.append(low.bit_length() - 1)
+            rest ^= low
+        return found
 
     def status(self) -> dict[str, object]:
         held = sum(self.sizes[self.hashes[i]] for i in self.wanted if self.has(i))
@@ -112,7 +119,6 @@ class Holding:
             self.ctx.changed.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.ctx.changed.wait(), TICK)
-            await asyncio.sleep(COALESCE)  # one scheduling pass serves a burst of events
 
     def _availability(self) -> Availability:
         haves = {}
@@ -247,7 +253,7 @@ class Holding:
         self._update_gauges()
 
     def _update_gauges(self) -> None:
-        held = sum(1 for i in self.wanted if self.has(i))
+        held = (self._wanted_bits & self.held).bit_count()
         self.ctx.metrics.set("shipyard_peer_artifact_pieces_held", held, artifact=self.artifact)
         self.ctx.metrics.set(
             "shipyard_peer_artifact_pieces_wanted", len(self.wanted), artifact=self.artifact
