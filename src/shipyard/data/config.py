@@ -130,7 +130,10 @@ class PipelineConfig:
         return sha256_hex(canonical_json(dataclasses.asdict(getattr(self, section))))[:16]
 
     def config_hash(self) -> str:
-        return sha256_hex(canonical_json(self.to_dict()))
+        """Hash of everything that decides the outputs (the executor does not)."""
+        settings = self.to_dict()
+        del settings["executor"]
+        return sha256_hex(canonical_json(settings))
 
 
 def _check(ok: bool, where: str, message: str) -> None:

@@ -118,9 +118,9 @@ def _annotate(
                 {"doc_id": f"{name}:*", "source": name, "stage": "task", "reason": reason[:500]}
             )
     outputs = [Path(r.output) / "data.parquet" for _, r in good]
-    dedup_key = sha256_hex(
-        canonical_json([config.section_hash("dedup"), [str(o) for o in outputs]])
-    )[:32]
+    # keyed by the stage outputs' keys, not their paths: the same inputs give the same table
+    output_keys = [Path(r.output).name for _, r in good]
+    dedup_key = sha256_hex(canonical_json([config.section_hash("dedup"), output_keys]))[:32]
     with tempfile.TemporaryDirectory(prefix="shipyard-table-", dir=cache) as tmp:
         table_dir = Path(tmp, "table")
         table_dir.mkdir()

@@ -1,0 +1,175 @@
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from shipyard.data import PipelineConfig, run_pipeline
+from shipyard.data.config import ExecutorConfig, ExtractConfig, FilterConfig, TokenizeConfig
+from shipyard.data.stages.extract import register_extractor
+from shipyard.data.tasks import FileTask, file_sha256, run_task
+from shipyard.data.warcpack import Page
+from shipyard.loader import TokenDataset
+from shipyard.workspace import Workspace
+
+from .conftest import MakeWarc, english_text, html_page
+
+ALL_STAGES = {"read", "extract", "langid", "filters", "minhash", "pii", "decontam", "tokenize"}
+
+
+def corpus(make_warc: MakeWarc) -> Path:
+    pages_a = [Page(f"https://a.org/{i}", html_page(english_text(i), f"A{i}")) for i in range(6)]
+    near = english_text(2).replace("ship", "boat", 1)
+    pages_b = [
+        Page("https://b.org/copy", html_page(english_text(1), "A1")),  # exact duplicate
+        Page("https://b.org/near", html_page(near, "A2")),  # near duplicate
+        Page("https://b.org/mail", html_page(english_text(40) + " Mail me at x.y@z.org now.")),
+        Page("https://b.org/junk", bytes(range(256)) * 30),  # undecodable
+        Page("https://fr.org/1", html_page("Le navire est arrivé au port ce matin. " * 12)),
+    ]
+    make_warc("a.warc.gz", pages_a)
+    return make_warc("b.warc", pages_b, compression="none").parent
+
+
+def config_for(folder: Path, **changes: object) -> PipelineConfig:
+    base = PipelineConfig(
+        "t",
+        (str(folder),),
+        tokenize=TokenizeConfig(vocab_size=400, shard_tokens=2048),
+        executor=ExecutorConfig(workers=2, task_timeout_s=120, max_retries=1),
+    )
+    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+
+
+def test_end_to_end_artifacts_lineage_and_tokens(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path, tmp_path: Path
+) -> None:
+    config = config_for(corpus(make_warc))
+    lines: list[str] = []
+    result = run_pipeline(config, workspace, shipyard_home, lines.append)
+    assert set(result.computed) == ALL_STAGES and not result.failed_tasks
+    assert any(line.startswith("documents 2/2 files") for line in lines)
+
+    table = workspace.get(result.table_id, tmp_path / "table")
+    assert table.kind == "dataset" and table.metadata["crawl"] == result.crawl_id
+    rows = pq.read_table(sorted((tmp_path / "table").glob("part-*.parquet"))).to_pylist()
+    by_url = {r["url"]: r for r in rows}
+    assert len(rows) == 10 and "https://b.org/junk" not in by_url
+    assert not by_url["https://b.org/copy"]["keep_exact"]
+    assert not by_url["https://b.org/near"]["keep_minhash"]
+    assert by_url["https://b.org/near"]["dup_cluster"] == by_url["https://a.org/2"]["doc_number"]
+    assert "<EMAIL>" in by_url["https://b.org/mail"]["text"]
+    assert by_url["https://fr.org/1"]["language"] == "fr"
+    quarantine = pq.read_table(tmp_path / "table" / "quarantine.parquet").to_pylist()
+    assert [(q["doc_id"], q["stage"]) for q in quarantine] == [("b.warc:4", "extract")]
+
+    up = {edge.parent for edge in workspace.catalog.lineage(result.tokens_id or "", "up")}
+    assert {result.table_id, result.tokenizer_id, result.crawl_id} <= up
+    run = workspace.catalog.get_run(result.run_id)
+    assert run is not None and run.inputs == (result.crawl_id,)
+    assert run.config["config_hash"] == config.config_hash()
+
+    workspace.get(result.tokens_id or "", tmp_path / "tokens")
+    dataset = TokenDataset(tmp_path / "tokens")
+    manifest = json.loads((tmp_path / "tokens" / "manifest.json").read_text())
+    rules = ("gopher_repetition_ok", "gopher_quality_ok", "c4_ok", "fineweb_ok")
+    selected = [
+        r
+        for r in rows
+        if r["keep_exact"]
+        and r["keep_minhash"]
+        and not r["contaminated"]
+        and all(r[k] for k in rules)
+    ]
+    assert dataset.num_docs == manifest["num_docs"] == len(selected) >= 5
+    assert dataset.num_tokens == sum(s["num_tokens"] for s in manifest["shards"])
+    assert len(manifest["shards"]) > 1  # small shard_tokens forces rolling
+    assert sum(v for s in manifest["shards"] for v in s["tokens_by_language"].values()) == (
+        dataset.num_tokens
+    )
+    assert manifest["shards"][0]["sources"]["a.warc.gz"][0] == 1
+    assert (shipyard_home / "data" / "runs" / f"{result.run_id}.json").is_file()
+
+
+def test_rerun_is_cached_and_a_changed_stage_recomputes_only_its_descendants(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path
+) -> None:
+    config = config_for(corpus(make_warc))
+    first = run_pipeline(config, workspace, shipyard_home)
+    again = run_pipeline(config, workspace, shipyard_home)
+    assert not again.computed
+    assert (again.table_id, again.tokens_id) == (first.table_id, first.tokens_id)
+
+    changed = config_for(Path(config.inputs[0]), filters=FilterConfig(c4=False))
+    third = run_pipeline(changed, workspace, shipyard_home)
+    assert set(third.computed) == {"filters", "minhash", "pii", "decontam", "tokenize"}
+    assert third.computed["filters"] == 2
+    assert third.table_id != first.table_id
+
+
+def test_killed_run_resumes_from_committed_tasks(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path
+) -> None:
+    folder = corpus(make_warc)
+    config = config_for(folder)
+    cache = shipyard_home / "data" / "cache"
+    a = folder / "a.warc.gz"
+    # what a killed run leaves behind: one file's stages committed, a half-written output
+    run_task(FileTask(str(a), file_sha256(a), config, str(cache)))
+    stale = cache / "extract" / ".tmp-deadbeef-0000"
+    stale.mkdir(parents=True)
+    (stale / "data.parquet").write_bytes(b"half")
+    result = run_pipeline(config, workspace, shipyard_home)
+    assert result.computed["read"] == 1 and result.computed["decontam"] == 1
+    fresh = run_pipeline(config_for(folder), workspace, shipyard_home)
+    assert fresh.table_id == result.table_id
+
+
+def _crash_on_poison(html: str, main: bool) -> str:
+    if "POISON" in html:
+        os._exit(3)  # a crash no try/except can catch: the task fails, not the run
+    return html
+
+
+def test_one_bad_task_never_fails_the_run(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path
+) -> None:
+    register_extractor("crashy", _crash_on_poison)
+    make_warc("good.warc.gz", [Page("https://g.org/1", html_page(english_text(1)))])
+    folder = make_warc("bad.warc.gz", [Page("https://p.org/1", b"<p>POISON</p>")]).parent
+    config = config_for(folder, extract=ExtractConfig(engine="crashy"))
+    result = run_pipeline(config, workspace, shipyard_home)
+    assert result.failed_tasks == ["bad.warc.gz"]
+    assert result.report["quarantine"] == {"task": 1}
+    assert result.report["survival"]["documents"] == 1
+
+
+def test_real_crawl_excerpt(crawl_dir: Path, workspace: Workspace, shipyard_home: Path) -> None:
+    config = dataclasses.replace(config_for(crawl_dir), tokenize=TokenizeConfig(enabled=False))
+    result = run_pipeline(config, workspace, shipyard_home)
+    assert result.report["survival"]["documents"] == 45
+    assert result.report["quarantine"] == {"read": 1}  # clipped.warc.gz's cut record
+    crawls = set(result.report["survival"]["by"]["crawl"])
+    assert "CC-MAIN-2020-34" in crawls
+    assert result.tokens_id is None
+
+
+@pytest.mark.slow
+def test_ray_executor_produces_the_same_table(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path
+) -> None:
+    pytest.importorskip("ray")
+    folder = corpus(make_warc)
+    local = run_pipeline(config_for(folder), workspace, shipyard_home)
+    ray_config = config_for(folder, executor=ExecutorConfig(kind="ray", workers=2))
+    # a fresh cache, so Ray really computes every stage
+    other_home = shipyard_home.parent / "ray-home"
+    ray_ws = Workspace.open(other_home)
+    try:
+        result = run_pipeline(ray_config, ray_ws, other_home)
+    finally:
+        ray_ws.close()
+    assert result.computed["read"] == 2
+    assert result.table_id == local.table_id
