@@ -14,6 +14,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from shipyard.cli.alias import render_lineage
+from shipyard.distribute.local import pull_to_local_peers
 from shipyard.errors import IntegrityError
 from shipyard.workspace import Workspace
 
@@ -72,6 +73,12 @@ def _demo(args: argparse.Namespace) -> int:
         if problems:
             raise IntegrityError("; ".join(map(str, problems)))
         print(f"verified  {model.file_count} files materialized at a fresh path, every piece ok")
+        origin = ws.pieces.backend.uri
+        for (host, port), got in pull_to_local_peers(origin, model.id, work / "peers"):
+            print(
+                f"peer      {host}:{port} pulled {got.wanted_bytes:,} bytes: "
+                f"{got.bytes_from_peers:,} from peers, {got.bytes_from_origin:,} from the origin"
+            )
     print("lineage:")
     for line in render_lineage(ws, model.id, ws.catalog.lineage(model.id, "up"), "up"):
         print("  " + line)
