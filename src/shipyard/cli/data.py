@@ -43,7 +43,7 @@ def _run(args: argparse.Namespace) -> int:
         )
     ws = Workspace.open()
     try:
-        result = run_pipeline(config, ws, shipyard_home(), lambda line: stderr.print(line))
+        result = run_pipeline(config, ws, shipyard_home(), _progress)
     finally:
         ws.close()
     print(f"run        {result.run_id}")
@@ -89,3 +89,7 @@ def _print_funnel(scope: str, rows: list[dict[str, Any]]) -> None:
     print(f"  {scope}")
     for row in rows:
         print(f"    {row['stage']:<18} {row['in']:>8} → {row['out']:>8}  {row['rate']:7.1%}")
+
+
+def _progress(line: str) -> None:
+    stderr.print(line, soft_wrap=True, highlight=False, markup=False)
