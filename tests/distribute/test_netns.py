@@ -1,0 +1,52 @@
+"""The fan-out benchmark's namespace rig, small: real namespaces, veth, a bridge and tc caps."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).parents[2] / "benchmarks" / "fanout.py"
+
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        os.geteuid() != 0 or shutil.which("tc") is None, reason="needs root and iproute2"
+    ),
+]
+
+
+def namespaces() -> set[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True)
+    return {line.split()[0] for line in out.stdout.splitlines() if line.strip()}
+
+
+def run_bench(*flags: str) -> dict[str, object]:
+    before = namespaces()
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--hosts", "4", "--size-mib", "12", "--rate-mbit", "200",
+         "--baseline-size-mib", "4", *flags],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert namespaces() == before  # every namespace (and its links) was removed
+    result: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def test_swarm_over_shaped_namespaces_beats_origin_only() -> None:
+    result = run_bench()
+    assert result["name"] == "fanout"
+    assert float(result["origin_bytes_ratio"]) <= 1.2
+    assert float(result["value"]) >= 1.0  # no host beats size / link rate
+    assert float(result["baseline"]) >= 3.0  # four hosts share one origin link
+
+
+def test_chaos_survivors_complete_and_restarted_hosts_resume() -> None:
+    result = run_bench("--chaos", "--no-baseline")
+    assert any("killed" in str(e) for e in result["events"])
+    assert result["restarted_hosts_refetched_pieces"] == 0
