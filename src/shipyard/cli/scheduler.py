@@ -30,6 +30,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     serve.add_argument("--port", type=int, default=8642)
     serve.add_argument("--tick", type=float, default=0.5, help="seconds between passes")
     serve.add_argument("--logs", type=Path, help="job logs (default: $SHIPYARD_HOME/jobs)")
+    serve.add_argument("--backend", choices=("local", "slurm"), default="local")
+    serve.add_argument("--slurm-conf", type=Path, help="slurm.conf for the Slurm tools")
+    serve.add_argument("--partition", help="Slurm partition to submit to")
     serve.set_defaults(func=_serve)
     sim = commands.add_parser("simulate", help="replay a Philly-format trace through the policy")
     sim.add_argument("--trace", type=Path, required=True)
@@ -63,14 +66,20 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from shipyard.scheduler.backend import Backend
     from shipyard.scheduler.config import load_config
+    from shipyard.scheduler.local import LocalBackend
     from shipyard.scheduler.serve import serve
+    from shipyard.scheduler.slurm import SlurmBackend
     from shipyard.scheduler.store import JobStore
     from shipyard.workspace import shipyard_home
 
     config = load_config(args.config)
     logs = args.logs or shipyard_home() / "jobs"
-    serve(config, JobStore(), logs, args.host, args.port, args.tick)
+    backend: Backend = LocalBackend(config.nodes, logs)
+    if args.backend == "slurm":
+        backend = SlurmBackend(config.nodes, logs, args.slurm_conf, args.partition)
+    serve(config, JobStore(), backend, args.host, args.port, args.tick)
     return 0
 
 

@@ -2,11 +2,10 @@
 
 import signal
 import threading
-from pathlib import Path
 
 from shipyard.scheduler.api import make_server
+from shipyard.scheduler.backend import Backend
 from shipyard.scheduler.config import ClusterConfig
-from shipyard.scheduler.local import LocalBackend
 from shipyard.scheduler.service import Service
 from shipyard.scheduler.store import JobStore
 
@@ -14,7 +13,7 @@ from shipyard.scheduler.store import JobStore
 def serve(
     config: ClusterConfig,
     store: JobStore,
-    log_dir: Path,
+    backend: Backend,
     host: str = "127.0.0.1",
     port: int = 8642,
     tick: float = 0.5,
@@ -25,7 +24,7 @@ def serve(
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
-    service = Service(config, store, LocalBackend(config.nodes, log_dir))
+    service = Service(config, store, backend)
     lock = threading.Lock()
     server = make_server(service, lock, host, port)
     thread = threading.Thread(target=server.serve_forever, daemon=True)

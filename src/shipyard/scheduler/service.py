@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shipyard.scheduler.backend import Backend
 from shipyard.scheduler.cluster import ClusterState
 from shipyard.scheduler.config import ClusterConfig
-from shipyard.scheduler.local import LocalBackend
 from shipyard.scheduler.model import Job, Running, Tier
 from shipyard.scheduler.policy import JobQueue, Policy
 from shipyard.scheduler.store import JobStore
@@ -29,7 +29,7 @@ class _Pending:
 class Service:
     config: ClusterConfig
     store: JobStore
-    backend: LocalBackend
+    backend: Backend
     clock: Callable[[], float] = time.time
     state: ClusterState = field(init=False)
     policy: Policy = field(init=False)
