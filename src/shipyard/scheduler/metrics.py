@@ -19,6 +19,11 @@ class JobRecord:
     allocated: float = 0.0  # GPU-seconds held (including grace waits and lost work)
     lost: float = 0.0  # GPU-seconds of work thrown away by preemption
     preemptions: int = 0
+    by_tier: dict[str, float] = field(default_factory=dict)  # allocated GPU-seconds per tier
+
+    def hold(self, tier: str, gpu_seconds: float) -> None:
+        self.allocated += gpu_seconds
+        self.by_tier[tier] = self.by_tier.get(tier, 0.0) + gpu_seconds
 
 
 @dataclass
@@ -34,6 +39,7 @@ class Report:
     lost_gpu_hours: float
     jain_fairness: float  # over per-team average slowdown (1 = perfectly even)
     per_team: dict[str, dict[str, float]] = field(default_factory=dict)
+    chargeback: dict[str, dict[str, float]] = field(default_factory=dict)
     fragmentation: dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
@@ -79,11 +85,25 @@ def summarize(
         lost_gpu_hours=sum(r.lost for r in records) / 3600,
         jain_fairness=jain,
         per_team=per_team,
+        chargeback=_chargeback(records),
         fragmentation={
             "avg_free_gpus": statistics.fmean(frees) if frees else 0.0,
             "avg_scattered_fraction": statistics.fmean(scattered) if scattered else 0.0,
         },
     )
+
+
+def _chargeback(records: Sequence[JobRecord]) -> dict[str, dict[str, float]]:
+    """Per team: allocated GPU-hours per tier, and active (useful) GPU-hours."""
+    out: dict[str, dict[str, float]] = {}
+    for r in records:
+        team = out.setdefault(r.team, {"active_gpu_hours": 0.0})
+        if r.finish is not None:
+            team["active_gpu_hours"] += r.gpus * r.duration / 3600
+        for tier, seconds in r.by_tier.items():
+            key = f"allocated_gpu_hours_{tier}"
+            team[key] = team.get(key, 0.0) + seconds / 3600
+    return dict(sorted(out.items()))
 
 
 def _jct(record: JobRecord) -> float:

@@ -57,10 +57,10 @@ class Simulation:
                 if kind == 1:
                     queue.add(by_id[job_id])
                 elif attempt == live[job_id].attempt and job_id in state.running:
-                    gpus = state.release(job_id).job.gpus
+                    run = state.release(job_id)
                     record = live[job_id].record
                     record.finish = now
-                    record.allocated += gpus * (now - record.admitted_at)
+                    record.hold(run.tier.name.lower(), run.job.gpus * (now - record.admitted_at))
             if not queue:
                 continue
             decision = policy.schedule(state, queue, now)
@@ -87,7 +87,7 @@ class Simulation:
         kept = max(0.0, victim.checkpoint_at(now) - victim.start) if now > victim.start else 0.0
         entry.record.lost += victim.lost_work(now) if now > victim.start else 0.0
         entry.record.preemptions += 1
-        entry.record.allocated += job.gpus * (now - entry.record.admitted_at)
+        entry.record.hold(victim.tier.name.lower(), job.gpus * (now - entry.record.admitted_at))
         entry.attempt += 1  # its pending completion event is now stale
         job.done += kept
         job.preemptions += 1
