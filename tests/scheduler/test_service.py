@@ -71,6 +71,7 @@ def test_runs_real_process_with_cuda_visible_devices(service: Service, tmp_path:
     row = service.store.get(job_id)
     assert row["exit_code"] == 0 and row["gpus"] == {"n0": [0, 1]}
     assert service.state.free == [4]
+    assert set(service.status()["allocated_gpu_hours"]) == {"a/guaranteed"}
 
 
 def test_reclaim_sends_sigterm_and_requeues(service: Service, tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ class Service:
     _stopping: dict[str, str] = field(default_factory=dict)  # job id → state once it has exited
     _reports: dict[str, float] = field(default_factory=dict)  # last utilization report
     _warned: set[str] = field(default_factory=set)
+    charged: dict[str, float] = field(default_factory=dict)  # "team/tier" → GPU-seconds held
 
     def __post_init__(self) -> None:
         self.state = ClusterState(self.config.nodes, self.config.teams)
@@ -67,6 +68,7 @@ class Service:
                 self._queued.add(row["id"])
         decision = self.policy.schedule(self.state, self.queue, now)
         for victim, by in decision.preempted:
+            self._charge(victim, now)
             victim.job.preemptions += 1
             self.store.update(victim.job.id, spec=asdict(victim.job))
             self._stop(victim.job.id, victim.job.grace, now, "queued", f"preempted by {by}")
@@ -118,13 +120,19 @@ class Service:
         then = self._stopping.pop(job_id, None)
         # A preempted job's GPUs already belong to its preemptor (the policy released them).
         if then != "queued" and job_id in self.state.running:
-            self.state.release(job_id)
+            self._charge(self.state.release(job_id), now)
         self._pending.pop(job_id, None)
         if then == "queued":
             self.store.update(job_id, state="queued", gpus=None)
             return
         state = then or ("done" if code == 0 else "failed")
         self.store.update(job_id, state=state, finished=now, exit_code=code)
+
+    def _charge(self, run: Running, now: float) -> None:
+        # Chargeback: GPU-seconds held from launch to exit, per team and tier.
+        key = f"{run.job.team}/{run.tier.name.lower()}"
+        held = run.job.gpus * max(0.0, now - run.start)
+        self.charged[key] = self.charged.get(key, 0.0) + held
 
     def status(self) -> dict[str, Any]:
         """Free GPUs, the largest gang per shape that could start now, and usage per team."""
@@ -141,4 +149,5 @@ class Service:
             "running": sorted(self.state.running),
             "queued": len(self.queue),
             "usage": {f"{t}/{g}": u for (t, g), u in self.state.quota.usage.items()},
+            "allocated_gpu_hours": {k: v / 3600 for k, v in sorted(self.charged.items())},
         }
