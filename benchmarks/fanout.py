@@ -58,7 +58,8 @@ class Host:
 @dataclass
 class Run:
     hosts: list[Host]
-    hashes: list[str]
+    sizes: dict[str, int]
+    origin_log: Path
     dead: set[str] = field(default_factory=set)
     events: list[str] = field(default_factory=list)
 
@@ -84,6 +85,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--no-baseline", action="store_true")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--workdir", type=Path, help="stores go here (default: /dev/shm if it fits)")
     args = p.parse_args()
     if os.geteuid() != 0:
         p.error("needs root (network namespaces and tc)")
@@ -146,6 +148,13 @@ def cpu_seconds(proc: subprocess.Popen[bytes] | None) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def cpu_busy() -> tuple[int, int]:
+    """(busy, total) jiffies of the whole machine, to tell a CPU-starved run from a slow one."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return sum(fields) - idle, sum(fields)
+
+
 def origin_piece_bytes(log: Path, sizes: dict[str, int]) -> int:
     served = re.findall(r'"GET /pieces/\w+/(\w+) HTTP/1\.[01]" 200', log.read_text())
     return sum(sizes.get(h, 0) for h in served)
@@ -156,7 +165,7 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
     """Trigger every host, apply the chaos schedule, return seconds until all live hosts hold
     every piece (each piece lands in a store only after its hash was verified)."""
     rng = random.Random(args.seed)
-    total = len(run.hashes)
+    total = len(run.sizes)
     restart_at: tuple[float, list[Host]] | None = None
     chaos_done = origin_done = False
     last_report = 0.0
@@ -174,7 +183,8 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
         if now - last_report > 2:
             last_report = now
             low = min(len(held[h.name]) for h in live) / total
-            print(f"  t={now:5.1f}s  mean {progress:6.1%}  min {low:6.1%}", file=sys.stderr)
+            sent = origin_piece_bytes(run.origin_log, run.sizes) / sum(run.sizes.values())
+            say(f"  t={now:5.1f}s  mean {progress:6.1%}  min {low:6.1%}  origin {sent:5.1%}")
         if args.chaos and not chaos_done and progress >= 0.3:
             chaos_done = True
             victims = kill_quarter(rig, run, held, rng, always=[run.hosts[0]])
@@ -190,7 +200,7 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
                 trigger(rig, host, manifest.id)
             run.events.append(f"t={now:.1f}s restarted {[h.name for h in restart_at[1]]}")
             restart_at = None
-        if args.chaos_origin and not origin_done and twice_held(held, run.hashes, live):
+        if args.chaos_origin and not origin_done and twice_held(held, list(run.sizes), live):
             origin_done = True
             rig.kill(origin)
             run.events.append(f"t={now:.1f}s killed the origin")
@@ -239,7 +249,11 @@ def origin_only(rig: Rig, hosts: list[Host], url: str, work: Path) -> float:
 
 def main() -> None:
     args = parse_args()
-    work = Path(tempfile.mkdtemp(prefix="shipyard-fanout-"))
+    need = (args.hosts + 3) * args.size_mib << 20
+    shm = shutil.disk_usage("/dev/shm").free if Path("/dev/shm").is_dir() else 0
+    # A tmpfs keeps a contended shared disk out of the measurement when memory allows.
+    parent = args.workdir or (Path("/dev/shm") if shm > 2 * need else None)
+    work = Path(tempfile.mkdtemp(prefix="shipyard-fanout-", dir=parent))
     rig = Rig(f"{os.getpid() % 100000}")
     try:
         result = bench(args, rig, work)
@@ -270,12 +284,20 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         start_daemon(rig, host, hosts[0].address, origin_url)
     wait_listening(hosts, time.monotonic() + 120)
     time.sleep(2)  # let gossip spread membership before the clock starts
-    run = Run(hosts, list(sizes))
+    run = Run(hosts, sizes, origin_log)
     size = manifest.size
     bound = size * 8 / (args.rate_mbit * 1e6)
     say(f"swarm: {args.hosts} hosts at {args.rate_mbit} Mbit/s, S/B = {bound:.1f} s")
+    idle_cpu = {h.name: cpu_seconds(h.proc) for h in hosts}  # start-up, before the clock
+    busy_before = cpu_busy()
     t_swarm = swarm(rig, args, manifest, run, origin_url, origin, time.monotonic())
-    daemon_cpu = sum(cpu_seconds(h.proc) for h in hosts if h.name not in run.dead)
+    busy_after = cpu_busy()
+    machine_busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
+    daemon_cpu = sum(
+        cpu_seconds(h.proc) - idle_cpu[h.name]
+        for h in hosts
+        if h.starts == 1 and h.name not in run.dead
+    )
     resumed = [(h.name, h.resumed_from, metrics(h)) for h in hosts if h.resumed_from is not None]
     refetched = sum(
         int(m.get('shipyard_peer_pieces_received_total{source="peer"}', 0)
@@ -300,7 +322,10 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "events": run.events,
         "restarted_hosts_refetched_pieces": refetched if resumed else None,
         "load_avg_1m": round(os.getloadavg()[0], 2),
-        "live_daemons_cpu_s": round(daemon_cpu, 1),
+        "machine_cpu_busy": round(machine_busy, 3),
+        "swarm_cpu_s_per_host": round(
+            daemon_cpu / max(1, sum(h.starts == 1 and h.name not in run.dead for h in hosts)), 2
+        ),
     }
     say(f"swarm done in {t_swarm:.1f} s; origin sent {origin_bytes / size:.2f} x S")
     if args.no_baseline:

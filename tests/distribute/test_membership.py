@@ -78,6 +78,7 @@ def test_rarest_first_and_least_loaded_peer() -> None:
     ties = Availability({"a": HaveMap(True, 0b1111)}, 4).counts
     orders = {tuple(rarest_first([0, 1, 2, 3], ties, random.Random(s))) for s in range(10)}
     assert len(orders) > 1  # equally rare pieces are taken in random order
-    assert choose_peer(["a", "b"], {"a": 1}, {}, limit=2) == "b"
-    assert choose_peer(["a", "b"], {"a": 2, "b": 2}, {}, limit=2) is None
-    assert choose_peer(["a", "b"], {}, {"a": 1.0, "b": 9.0}, limit=2) == "b"
+    rng = random.Random(3)
+    assert choose_peer(["a", "b"], {"a": 1}, 2, rng) == "b"
+    assert choose_peer(["a", "b"], {"a": 2, "b": 2}, 2, rng) is None
+    assert {choose_peer(["a", "b"], {}, 2, rng) for _ in range(20)} == {"a", "b"}  # no herding

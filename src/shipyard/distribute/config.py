@@ -41,6 +41,7 @@ class DaemonConfig:
     max_inflight: int = 8
     per_peer_inflight: int = 3
     origin_inflight: int = 1
+    upload_slots: int = 4
     origin_replicas: int = 1
     upload_limit_bps: float | None = None
 
@@ -62,6 +63,7 @@ class DaemonConfig:
             "max_inflight": self.max_inflight,
             "per_peer_inflight": self.per_peer_inflight,
             "origin_inflight": self.origin_inflight,
+            "upload_slots": self.upload_slots,
             "origin_replicas": self.origin_replicas,
         }
         for name, count in counts.items():

@@ -21,7 +21,7 @@ class Context:
     rng: random.Random = field(default_factory=random.Random)
     blamed: set[str] = field(default_factory=set)
     load: dict[str, int] = field(default_factory=dict)  # open requests per peer, all artifacts
-    rate: dict[str, float] = field(default_factory=dict)  # recent bytes/s per peer
+    busy_until: dict[str, float] = field(default_factory=dict)  # peers whose slots were full
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __post_init__(self) -> None:
@@ -32,6 +32,6 @@ class Context:
         self.blamed.add(peer)
         self.metrics.set("shipyard_peer_blamed_peers", len(self.blamed))
 
-    def observe_rate(self, peer: str, nbytes: int, seconds: float) -> None:
-        sample = nbytes / max(seconds, 1e-3)
-        self.rate[peer] = 0.7 * self.rate.get(peer, sample) + 0.3 * sample
+    def choosable(self, peers: list[str], now: float) -> list[str]:
+        """Peers not recently found with every upload slot taken."""
+        return [p for p in peers if self.busy_until.get(p, 0.0) <= now]

@@ -157,7 +157,6 @@ class PeerDaemon:
         view = header.get("view")
         if isinstance(view, dict):
             self.ctx.membership.merge(view)
-            self.ctx.changed.set()
         return {"view": self.ctx.membership.view()}
 
     # Gossip
@@ -187,7 +186,6 @@ class PeerDaemon:
             return
         if isinstance(reply.get("view"), dict):
             self.ctx.membership.merge(reply["view"])
-            self.ctx.changed.set()
 
 
 def _matches(artifact: str, data: bytes) -> bool:

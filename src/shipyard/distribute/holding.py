@@ -19,13 +19,14 @@ from shipyard.distribute.picker import (
     rarest_first,
     rendezvous_owners,
 )
-from shipyard.distribute.wire import PeerUnavailable, request
+from shipyard.distribute.wire import PeerBusy, PeerUnavailable, request
 from shipyard.errors import IntegrityError, ShipyardError
 from shipyard.store import Manifest
 from shipyard.store.pieces import piece_key
 
 ORIGIN = "origin"
 TICK = 0.25
+BUSY_BACKOFF = 0.2  # seconds before asking a peer whose upload slots were full again
 SETTLE_ROUNDS = 2  # gossip rounds a new fetch waits so owners agree before touching the origin
 
 
@@ -131,12 +132,13 @@ class Holding:
     def _schedule(self) -> None:
         cfg = self.ctx.config
         avail = self._availability()
+        now = time.monotonic()
         unassigned = [i for i in self.missing() if i not in self.inflight]
         for index in rarest_first(unassigned, avail.counts, self.ctx.rng):
             if self._open_requests() >= cfg.max_inflight:
                 break
-            who = avail.holders(index)
-            peer = choose_peer(who, self.ctx.load, self.ctx.rate, cfg.per_peer_inflight)
+            who = self.ctx.choosable(avail.holders(index), now)
+            peer = choose_peer(who, self.ctx.load, cfg.per_peer_inflight, self.ctx.rng)
             if peer is not None:
                 self._start(index, peer)
         self._fetch_owned_from_origin(unassigned, avail)
@@ -175,7 +177,8 @@ class Holding:
                 continue
             busy = {t.source for t in transfers}
             others = [m for m in avail.holders(index) if m not in busy]
-            peer = choose_peer(others, self.ctx.load, self.ctx.rate, cfg.per_peer_inflight)
+            others = self.ctx.choosable(others, now)
+            peer = choose_peer(others, self.ctx.load, cfg.per_peer_inflight, self.ctx.rng)
             if peer is not None:
                 self.ctx.metrics.inc("shipyard_peer_hedged_requests_total")
                 self._start(index, peer)
@@ -190,16 +193,21 @@ class Holding:
 
     async def _transfer(self, index: int, source: str) -> None:
         piece_hash = self.hashes[index]
-        started = time.monotonic()
         try:
             data = await self._download(piece_hash, source)
             if self.has(index):
                 return  # a hedged twin won the race
+            # Hashing and the file write run off the event loop: a slow disk must not stall
+            # every other transfer and the gossip this daemon answers.
             await asyncio.to_thread(self.ctx.store.put_verified_piece, piece_hash, memoryview(data))
         except IntegrityError:
             self.ctx.metrics.inc("shipyard_peer_pieces_corrupt_total")
             if source != ORIGIN:
                 self.ctx.blame(source)
+            return
+        except PeerBusy:
+            self.ctx.busy_until[source] = time.monotonic() + BUSY_BACKOFF
+            self.ctx.metrics.inc("shipyard_peer_request_failures_total", source="busy")
             return
         except (ShipyardError, OSError):
             self._failed(source)
@@ -208,7 +216,7 @@ class Holding:
             self.ctx.load[source] -= 1
             self._forget(index, source)
             self.ctx.changed.set()
-        self._stored(index, source, len(data), time.monotonic() - started)
+        self._stored(index, source, len(data))
 
     async def _download(self, piece_hash: str, source: str) -> bytes | bytearray:
         cfg = self.ctx.config
@@ -238,7 +246,7 @@ class Holding:
         else:
             self.inflight.pop(index, None)
 
-    def _stored(self, index: int, source: str, nbytes: int, seconds: float) -> None:
+    def _stored(self, index: int, source: str, nbytes: int) -> None:
         if self.has(index):
             return  # a twin finished storing first; count its bytes once
         for twin in self.inflight.pop(index, []):
@@ -248,8 +256,6 @@ class Holding:
         self.bytes_from[kind] += nbytes
         self.ctx.metrics.inc("shipyard_peer_bytes_received_total", nbytes, source=kind)
         self.ctx.metrics.inc("shipyard_peer_pieces_received_total", source=kind)
-        if source != ORIGIN:
-            self.ctx.observe_rate(source, nbytes, seconds)
         self._update_gauges()
 
     def _update_gauges(self) -> None:

@@ -46,13 +46,13 @@ def rarest_first(wanted: Sequence[int], counts: np.ndarray, rng: random.Random) 
 
 
 def choose_peer(
-    candidates: Sequence[str],
-    load: Mapping[str, int],
-    rate: Mapping[str, float],
-    limit: int,
+    candidates: Sequence[str], load: Mapping[str, int], limit: int, rng: random.Random
 ) -> str | None:
-    """The least-loaded candidate under `limit` requests, the fastest one among equals."""
+    """A random one of the least-loaded candidates under `limit` open requests. Random, not
+    fastest: every requester sees the same rates, and picking by them would herd them all onto
+    the same few uplinks."""
     open_ = [c for c in candidates if load.get(c, 0) < limit]
     if not open_:
         return None
-    return min(open_, key=lambda c: (load.get(c, 0), -rate.get(c, 0.0)))
+    least = min(load.get(c, 0) for c in open_)
+    return rng.choice([c for c in open_ if load.get(c, 0) == least])

@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from shipyard.distribute.context import Context
-from shipyard.distribute.wire import HTTP_PREFIX, Header, encode, read_header
+from shipyard.distribute.wire import HTTP_PREFIX, Header, PeerBusy, encode, read_header
 from shipyard.errors import NotFound, ShipyardError
 from shipyard.store import LocalBackend
 from shipyard.store.pieces import manifest_key, piece_key
@@ -46,6 +46,7 @@ class Server:
         self.ops = ops
         limit = ctx.config.upload_limit_bps
         self.throttle = Throttle(limit) if limit else None
+        self.uploads = 0
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         timeout = self.ctx.config.idle_timeout
@@ -66,7 +67,15 @@ class Server:
         op = str(header.get("op"))
         try:
             if op == "piece":
-                await self._piece(str(header["hash"]), writer)
+                # A few upload slots, like BitTorrent's unchoke slots: a full peer says so at
+                # once, so requesters spread over other holders instead of queueing on one uplink.
+                if self.uploads >= self.ctx.config.upload_slots:
+                    raise PeerBusy(f"all {self.uploads} upload slots are in use")
+                self.uploads += 1
+                try:
+                    await self._piece(str(header["hash"]), writer)
+                finally:
+                    self.uploads -= 1
             elif op == "manifest":
                 data = await asyncio.to_thread(
                     self.ctx.store.backend.get, manifest_key(str(header["id"]))

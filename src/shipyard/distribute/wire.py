@@ -24,6 +24,10 @@ class PeerUnavailable(StorageError):
     """A peer refused, timed out, closed early or answered with an error."""
 
 
+class PeerBusy(PeerUnavailable):
+    """A peer has all its upload slots in use: ask another holder, or this one a bit later."""
+
+
 def encode(header: Header) -> bytes:
     data = json.dumps(header, separators=(",", ":")).encode()
     return struct.pack(">I", len(data)) + data
@@ -71,7 +75,8 @@ async def request(
         await asyncio.wait_for(stream.drain(), idle_timeout)
         reply = await read_header(reader, idle_timeout)
         if reply.get("error"):
-            raise PeerUnavailable(f"peer {where}: {reply['error']}")
+            kind = PeerBusy if reply.get("kind") == "PeerBusy" else PeerUnavailable
+            raise kind(f"peer {where}: {reply['error']}")
         body = None
         if "size" in reply:
             body = await read_body(reader, int(reply["size"]), idle_timeout)
