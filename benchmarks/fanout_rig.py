@@ -60,7 +60,9 @@ class Rig:
 
     @staticmethod
     def _shape(ns: str, dev: str, rate_mbit: float) -> None:
-        burst = max(64_000, int(rate_mbit * 1e6 / 8 / 250))  # at least one timer tick of bytes
+        # Room for a whole 64 KiB GSO super-packet: a smaller bucket makes tbf split every one
+        # into MTU-sized packets, multiplying the kernel's per-packet work ~45 times.
+        burst = max(256_000, int(rate_mbit * 1e6 / 8 / 250))
         sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{rate_mbit}mbit",
            "burst", str(burst), "latency", "100ms")  # fmt: skip
 
