@@ -78,13 +78,13 @@ class _Puller:
             bytes_from_origin=int(status["bytes_from_origin"]),
         )
 
-    async def _call(self, header: Header) -> tuple[Header, bytearray | None]:
+    async def _call(self, header: Header) -> tuple[Header, bytes | None]:
         return await request(self.daemon, header, CONNECT_TIMEOUT, REPLY_TIMEOUT)
 
     async def _fetch(self, pieces: list[str] | None) -> Manifest:
         _, body = await self._call({"op": "fetch", "artifact": self.artifact, "pieces": pieces})
         # The daemon verified the manifest already; check again rather than trust the socket.
-        return PieceStore.parse_manifest(self.artifact, bytes(body or b""))
+        return PieceStore.parse_manifest(self.artifact, body or b"")
 
     async def _wait(self) -> Header:
         """Poll the daemon until every wanted piece is held, reporting progress."""
@@ -107,7 +107,7 @@ class _Puller:
 
     async def _piece(self, piece_hash: str) -> bytes:
         _, body = await self._call({"op": "piece", "hash": piece_hash})
-        data = bytes(body or b"")
+        data = body or b""
         if sha256_hex(data) != piece_hash:
             raise IntegrityError(f"piece {piece_hash[:16]} from the daemon does not match")
         return data

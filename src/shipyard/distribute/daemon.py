@@ -119,8 +119,8 @@ class PeerDaemon:
                 )
             except PeerUnavailable:
                 continue
-            if body is not None and _matches(artifact, bytes(body)):
-                return bytes(body)
+            if body is not None and _matches(artifact, body):
+                return body
             self.ctx.blame(member)  # it claimed the artifact and sent other bytes
         return None
 

@@ -218,7 +218,7 @@ class Holding:
             self.ctx.changed.set()
         self._stored(index, source, len(data))
 
-    async def _download(self, piece_hash: str, source: str) -> bytes | bytearray:
+    async def _download(self, piece_hash: str, source: str) -> bytes:
         cfg = self.ctx.config
         if source == ORIGIN:
             assert self.ctx.origin is not None

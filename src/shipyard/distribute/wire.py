@@ -46,19 +46,21 @@ async def read_header(reader: asyncio.StreamReader, timeout: float, first: bytes
     return header
 
 
-async def read_body(reader: asyncio.StreamReader, size: int, idle_timeout: float) -> bytearray:
+async def read_body(reader: asyncio.StreamReader, size: int, idle_timeout: float) -> bytes:
     """Read exactly `size` bytes, failing when the sender stalls for `idle_timeout`. One timer is
-    pushed back per chunk (not a task per read), which matters at thousands of chunks a second."""
-    body = bytearray()
+    pushed back per chunk (not a task per read), and chunks are joined once at the end."""
+    chunks: list[bytes] = []
+    got = 0
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(idle_timeout) as watchdog:
-        while len(body) < size:
-            chunk = await reader.read(min(_CHUNK, size - len(body)))
+        while got < size:
+            chunk = await reader.read(min(_CHUNK, size - got))
             if not chunk:
-                raise asyncio.IncompleteReadError(bytes(body), size)
-            body += chunk
+                raise asyncio.IncompleteReadError(b"".join(chunks), size)
+            chunks.append(chunk)
+            got += len(chunk)
             watchdog.reschedule(loop.time() + idle_timeout)
-    return body
+    return b"".join(chunks)
 
 
 async def request(
@@ -66,7 +68,7 @@ async def request(
     header: Header,
     connect_timeout: float,
     idle_timeout: float,
-) -> tuple[Header, bytearray | None]:
+) -> tuple[Header, bytes | None]:
     """Send one request and return the reply header and body (None when it carries none)."""
     where = f"{address[0]}:{address[1]}"
     writer: asyncio.StreamWriter | None = None
