@@ -9,7 +9,17 @@ from shipyard.data.cluster import cluster_component
 from shipyard.data.config import DedupConfig
 from shipyard.data.dedup import dedup_files
 from shipyard.data.lsh import components, write_edge_shards
-from shipyard.data.minhash import band_keys, jaccard, permutations, shingles, signatures
+from shipyard.data.minhash import (
+    _word_ids,
+    band_keys,
+    batch_signatures,
+    jaccard,
+    permutations,
+    shingle_batch,
+    shingles,
+    signatures,
+    words,
+)
 from shipyard.data.stages.signature import content_hash
 
 from .conftest import english_text
@@ -19,8 +29,8 @@ def _reference_signature(hashes: np.ndarray, perms: np.ndarray) -> np.ndarray:
     """One permutation at a time, in plain Python integers mod 2^64."""
     out = []
     for a, b in zip(perms[0].tolist(), perms[1].tolist(), strict=True):
-        out.append(min((a * int(h) + b) % 2**64 for h in hashes.tolist()))
-    return np.array(out, dtype=np.uint64)
+        out.append(min((a * (int(h) % 2**32) + b) % 2**32 for h in hashes.tolist()))
+    return np.array(out, dtype=np.uint32)
 
 
 def test_vectorized_signatures_equal_a_per_hash_loop() -> None:
@@ -31,11 +41,26 @@ def test_vectorized_signatures_equal_a_per_hash_loop() -> None:
         assert np.array_equal(row, _reference_signature(hashes, perms))
 
 
+def test_batch_shingles_equal_one_text_at_a_time() -> None:
+    texts = [english_text(1), "", "two words", english_text(2), "a b c d e", "x"]
+    hashes, offsets = shingle_batch(texts, 5)
+    for i, text in enumerate(texts):
+        single = shingle_batch([text], 5)[0]
+        assert np.array_equal(hashes[offsets[i] : offsets[i + 1]], single)
+    assert offsets[2] - offsets[1] == 1 and offsets[3] - offsets[2] == 1
+    assert len(set(hashes[offsets[1] : offsets[3]].tolist())) == 2
+    perms = permutations(16, 5)
+    assert np.array_equal(
+        batch_signatures(hashes, offsets, perms),
+        signatures([hashes[offsets[i] : offsets[i + 1]] for i in range(len(texts))], perms),
+    )
+
+
 def test_long_document_takes_the_running_minimum_path() -> None:
-    text = " ".join(f"w{i}" for i in range(40_000))
+    text = " ".join(f"w{i}" for i in range(10_000))
     perms = permutations(8, seed=1)
     hashes = shingles(text, 5)
-    assert len(hashes) > 1 << 14
+    assert len(hashes) > 1 << 12
     assert np.array_equal(signatures([hashes], perms)[0], _reference_signature(hashes, perms))
 
 
@@ -53,7 +78,7 @@ def test_signature_agreement_estimates_jaccard() -> None:
 
 
 def test_band_keys_match_only_when_a_band_matches() -> None:
-    sigs = np.arange(2 * 16, dtype=np.uint64).reshape(2, 16)
+    sigs = np.arange(2 * 16, dtype=np.uint32).reshape(2, 16)
     sigs[1, :8] = sigs[0, :8]  # band 0 equal, band 1 differs
     keys = band_keys(sigs, 2, 8)
     assert keys[0, 0] == keys[1, 0] and keys[0, 1] != keys[1, 1]
@@ -131,3 +156,13 @@ def test_dedup_files_exact_near_and_keep_rule(tmp_path: Path) -> None:
     assert keep_minhash == [True, True, True, False, True]
     assert clusters[3] == 0  # the near duplicate joins the earliest document's cluster
     assert stats.exact_duplicates == 1 and stats.near_duplicates == 1
+
+
+def test_arrow_and_python_word_definitions_agree() -> None:
+    text = "  Hello, World!  «Ça va?» — (yes) it's 3.11… end.\nNew\tline “quoted” __x__ ... ¿qué?"
+    expected = words(text)
+    assert expected[:4] == ["hello", "world", "ça", "va"]
+    cache: dict[str, int] = {}
+    ids, lengths = _word_ids([text, "", "only"], cache)
+    assert lengths.tolist() == [len(expected), 0, 1]
+    assert ids.tolist()[: len(expected)] == [cache[w] for w in expected]

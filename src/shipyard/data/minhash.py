@@ -9,18 +9,31 @@ candidate rates against LSH theory.
 """
 
 import hashlib
-import re
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 
 U64 = npt.NDArray[np.uint64]
-_WORD = re.compile(r"\w+")
-_CHUNK = 1 << 14  # shingles per array operation: bounds memory at CHUNK × permutations × 8 bytes
+U32 = npt.NDArray[np.uint32]
+I64 = npt.NDArray[np.int64]
+Shingles = tuple[U64, I64]
+# A word is a lowercased whitespace-separated token with leading and trailing punctuation
+# trimmed; `words` (Python) and `_word_ids` (Arrow kernels) implement the same definition.
+PUNCTUATION = (
+    "".join(chr(c) for c in range(33, 127) if not chr(c).isalnum() and chr(c) != "_")
+    + "«»“”‘’„…–—·•¡¿"
+)
+_CHUNK = 1 << 12  # shingles per array operation: CHUNK × permutations × 4 bytes stays in cache
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
+# distinct odd multipliers, one per position in an n-gram window (positions beyond 16 reuse them)
+_WINDOW = np.random.default_rng(0x5EED).integers(1, 2**63, 16, dtype=np.uint64) * np.uint64(
+    2
+) + np.uint64(1)
 _EMPTY = np.array([0x6A09E667F3BCC908], dtype=np.uint64)  # stands for a document with no words
 
 
@@ -32,23 +45,67 @@ def splitmix64(x: U64) -> U64:
 
 
 def words(text: str) -> list[str]:
-    return _WORD.findall(text.lower())
+    return [w for w in (t.strip(PUNCTUATION) for t in text.lower().split()) if w]
+
+
+def _word_ids(texts: list[str], cache: dict[str, int]) -> tuple[U64, I64]:
+    """Every word's 64-bit id, concatenated over `texts`, and each text's word count.
+
+    Lowercasing, splitting and trimming run in Arrow's C++ kernels; only distinct words are
+    hashed in Python (and remembered in `cache`).
+    """
+    lists = pc.utf8_split_whitespace(pc.utf8_lower(pa.array(texts, pa.large_string())))
+    flat = pc.utf8_trim(lists.flatten(), characters=PUNCTUATION)
+    nonempty = pc.greater(pc.utf8_length(flat), 0)
+    parents = np.asarray(lists.value_parent_indices().filter(nonempty).to_numpy())
+    lengths = np.bincount(parents, minlength=len(texts)).astype(np.int64)
+    encoded = flat.filter(nonempty).dictionary_encode()
+    vocabulary = encoded.dictionary.to_pylist()
+    hashes = np.fromiter(
+        (cache.get(w) or _word_hash(w, cache) for w in vocabulary), np.uint64, len(vocabulary)
+    )
+    return hashes[np.asarray(encoded.indices.to_numpy())], lengths
+
+
+def shingle_batch(texts: list[str], n: int, cache: dict[str, int] | None = None) -> Shingles:
+    """The word n-gram hashes of every text, concatenated, with per-text offsets.
+
+    One pass of array operations over the whole batch's words, so numpy's per-call overhead is
+    paid per batch, not per document; n-grams that would straddle two texts are dropped. A text
+    shorter than n words is one shingle; an empty text gets a fixed stand-in.
+    """
+    ids, lengths = _word_ids(texts, {} if cache is None else cache)
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    grams = _ngram_hashes(ids, n)
+    counts = np.maximum(lengths - n + 1, 1)
+    offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    # document d's k-th shingle starts at word starts[d] + k; short texts are filled in below
+    within = np.arange(offsets[-1]) - np.repeat(offsets[:-1], counts)
+    positions = np.repeat(starts[:-1], counts) + within
+    out = np.zeros(int(offsets[-1]), np.uint64)
+    full = np.repeat(lengths >= n, counts)
+    out[full] = grams[positions[full]]
+    for d in np.flatnonzero(lengths < n):  # short or empty texts: one shingle each
+        short = ids[starts[d] : starts[d + 1]]
+        out[offsets[d]] = _ngram_hashes(short, len(short))[0] if len(short) else _EMPTY[0]
+    return out, offsets
+
+
+def _ngram_hashes(ids: U64, n: int) -> U64:
+    """Σ_j K_j·id[i+j] (mod 2^64) over each window, then one splitmix64 finalization: two array
+    operations per word of the window instead of a full mixing round."""
+    count = len(ids) - n + 1
+    if count <= 0:
+        return np.empty(0, np.uint64)
+    h = ids[:count] * _WINDOW[0]
+    for j in range(1, n):
+        h += ids[j : j + count] * _WINDOW[j % len(_WINDOW)]
+    return splitmix64(h)
 
 
 def shingles(text: str, n: int, cache: dict[str, int] | None = None) -> U64:
-    """Hashes of the word n-grams of `text` (a text shorter than n words is one shingle)."""
-    cache = {} if cache is None else cache
-    tokens = words(text)
-    if not tokens:
-        return _EMPTY
-    ids = np.fromiter(
-        (cache.get(w) or _word_hash(w, cache) for w in tokens), np.uint64, len(tokens)
-    )
-    count = max(len(ids) - n + 1, 1)
-    h = splitmix64(ids[:count].copy())
-    for j in range(1, min(n, len(ids))):
-        h = splitmix64(h ^ ids[j : j + count])
-    return h
+    """Hashes of the word n-grams of one text."""
+    return shingle_batch([text], n, cache)[0]
 
 
 def _word_hash(word: str, cache: dict[str, int]) -> int:
@@ -57,50 +114,63 @@ def _word_hash(word: str, cache: dict[str, int]) -> int:
     return value
 
 
-def permutations(num_perm: int, seed: int) -> U64:
+def permutations(num_perm: int, seed: int) -> U32:
     """A (2 × num_perm) array: odd multipliers, then offsets."""
     rng = np.random.default_rng(seed)
-    params = rng.integers(0, 2**64 - 1, size=(2, num_perm), dtype=np.uint64, endpoint=True)
-    params[0] |= np.uint64(1)
+    params = rng.integers(0, 2**32 - 1, size=(2, num_perm), dtype=np.uint32, endpoint=True)
+    params[0] |= np.uint32(1)
     return params
 
 
-def _permute(hashes: U64, perms: U64) -> U64:
-    mixed: U64 = hashes[:, None] * perms[0][None, :]
+def _permute(hashes: U32, perms: U32, buffer: U32 | None = None) -> U32:
+    """a·x + b for every (shingle, permutation), into `buffer` when given (saves allocations)."""
+    out = buffer[: len(hashes)] if buffer is not None else None
+    mixed: U32 = np.multiply(hashes[:, None], perms[0][None, :], out=out)
     mixed += perms[1][None, :]
     return mixed
 
 
-def signatures(shingle_sets: list[U64], perms: U64) -> U64:
+def signatures(shingle_sets: list[U64], perms: U32) -> U32:
     """The (documents × permutations) MinHash matrix of each shingle set."""
-    out = np.empty((len(shingle_sets), perms.shape[1]), dtype=np.uint64)
+    lengths = [len(x) for x in shingle_sets]
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    return batch_signatures(np.concatenate(shingle_sets), offsets, perms)
+
+
+def batch_signatures(hashes: U64, offsets: I64, perms: U32) -> U32:
+    """Signatures of the documents `hashes[offsets[i]:offsets[i+1]]` (each non-empty).
+
+    Permutations work on the low 32 bits of each (well-mixed) shingle hash: half the memory
+    traffic of 64-bit arithmetic, and 32-bit minimums collide too rarely to bias estimates.
+    """
+    low = hashes.astype(np.uint32)
+    docs = len(offsets) - 1
+    out = np.empty((docs, perms.shape[1]), dtype=np.uint32)
+    buffer = np.empty((_CHUNK, perms.shape[1]), dtype=np.uint32)
     start = 0
-    while start < len(shingle_sets):
-        stop, total = start, 0
-        while stop < len(shingle_sets) and (
-            total == 0 or total + len(shingle_sets[stop]) <= _CHUNK
-        ):
-            total += len(shingle_sets[stop])
-            stop += 1
-        if stop == start + 1 and total > _CHUNK:
-            out[start] = _running_min(shingle_sets[start], perms)
+    while start < docs:
+        # the most documents from `start` whose shingles fit one chunk (at least one)
+        stop = int(np.searchsorted(offsets, offsets[start] + _CHUNK, side="right")) - 1
+        stop = min(max(stop, start + 1), docs)
+        lo, hi = int(offsets[start]), int(offsets[stop])
+        if stop == start + 1 and hi - lo > _CHUNK:
+            out[start] = _running_min(low[lo:hi], perms, buffer)
         else:
-            group = shingle_sets[start:stop]
-            hashes = np.concatenate(group)
-            offsets = np.cumsum([0] + [len(s) for s in group[:-1]])
-            out[start:stop] = np.minimum.reduceat(_permute(hashes, perms), offsets, axis=0)
+            mixed = _permute(low[lo:hi], perms, buffer)
+            out[start:stop] = np.minimum.reduceat(mixed, offsets[start:stop] - lo, axis=0)
         start = stop
     return out
 
 
-def _running_min(hashes: U64, perms: U64) -> U64:
-    best = np.full(perms.shape[1], np.iinfo(np.uint64).max, dtype=np.uint64)
+def _running_min(hashes: U32, perms: U32, buffer: U32) -> U32:
+    best = np.full(perms.shape[1], np.iinfo(np.uint32).max, dtype=np.uint32)
     for lo in range(0, len(hashes), _CHUNK):
-        np.minimum(best, _permute(hashes[lo : lo + _CHUNK], perms).min(axis=0), out=best)
+        mixed = _permute(hashes[lo : lo + _CHUNK], perms, buffer)
+        np.minimum(best, mixed.min(axis=0), out=best)
     return best
 
 
-def band_keys(sigs: U64, bands: int, rows: int) -> U64:
+def band_keys(sigs: U32, bands: int, rows: int) -> U64:
     """One 64-bit key per (document, band): documents share a bucket when a band matches."""
     if sigs.shape[1] < bands * rows:
         raise ValueError(f"signature has {sigs.shape[1]} values; need bands × rows")
@@ -108,7 +178,7 @@ def band_keys(sigs: U64, bands: int, rows: int) -> U64:
     for b in range(bands):
         key = np.full(sigs.shape[0], np.uint64(b), dtype=np.uint64)
         for r in range(rows):
-            key = splitmix64(key ^ sigs[:, b * rows + r])
+            key = splitmix64(key ^ sigs[:, b * rows + r].astype(np.uint64))
         keys[:, b] = key
     return keys
 

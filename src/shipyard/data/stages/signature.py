@@ -9,7 +9,13 @@ from typing import ClassVar
 
 from shipyard.data.batch import Batch, Quarantine
 from shipyard.data.config import PipelineConfig
-from shipyard.data.minhash import band_keys, permutations, shingles, signatures, words
+from shipyard.data.minhash import (
+    band_keys,
+    batch_signatures,
+    permutations,
+    shingle_batch,
+    words,
+)
 from shipyard.data.stages.base import Stage, register
 
 
@@ -31,8 +37,9 @@ class MinHashKeys(Stage):
 
     def process(self, batch: Batch, quarantine: Quarantine) -> Batch:
         cache: dict[str, int] = {}
-        sets = [shingles(t, self.config.ngram, cache) for t in batch["text"]]
-        keys = band_keys(signatures(sets, self.perms), self.config.bands, self.config.rows)
+        hashes, offsets = shingle_batch(batch["text"], self.config.ngram, cache)
+        sigs = batch_signatures(hashes, offsets, self.perms)
+        keys = band_keys(sigs, self.config.bands, self.config.rows)
         batch["content_hash"] = [content_hash(t) for t in batch["text"]]
         batch["band_keys"] = [row.tobytes() for row in keys]
         return batch
