@@ -8,6 +8,7 @@ from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.metrics import Metrics
 from shipyard.distribute.origin import Origin
+from shipyard.distribute.wire import Pool
 from shipyard.store import PieceStore
 
 
@@ -23,8 +24,10 @@ class Context:
     load: dict[str, int] = field(default_factory=dict)  # open requests per peer, all artifacts
     busy_until: dict[str, float] = field(default_factory=dict)  # peers whose slots were full
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    pool: Pool = field(init=False)
 
     def __post_init__(self) -> None:
+        self.pool = Pool(self.config.per_peer_inflight + 1)
         self.metrics.set("shipyard_peer_blamed_peers", 0)
 
     def blame(self, peer: str) -> None:

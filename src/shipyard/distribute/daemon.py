@@ -47,6 +47,7 @@ class PeerDaemon:
         self.holdings: dict[str, Holding] = {}
         self._pending: dict[str, asyncio.Task[Holding]] = {}
         self._server: asyncio.Server | None = None
+        self._handler: Server | None = None
         self._gossiper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
@@ -56,16 +57,22 @@ class PeerDaemon:
                 manifest = await asyncio.to_thread(self.ctx.store.get_manifest, artifact)
                 await self._adopt(artifact, manifest)
         ops = {"gossip": self._on_gossip, "fetch": self._on_fetch, "status": self._on_status}
-        server = Server(self.ctx, ops)
-        self._server = await asyncio.start_server(server.handle, *self.ctx.config.listen)
+        self._handler = Server(self.ctx, ops)
+        self._server = await asyncio.start_server(self._handler.handle, *self.ctx.config.listen)
         self.ctx.membership.beat(self._haves())
         self._gossiper = asyncio.get_running_loop().create_task(self._gossip_loop())
 
     async def stop(self) -> None:
+        """Stop gossiping, fetching and serving; close every connection."""
         if self._gossiper:
             self._gossiper.cancel()
+        for holding in self.holdings.values():
+            await holding.stop()
         if self._server:
             self._server.close()
+        if self._handler:
+            await self._handler.close()
+        self.ctx.pool.close()
 
     # Artifacts
 
@@ -116,6 +123,7 @@ class PeerDaemon:
                     {"op": "manifest", "id": artifact},
                     cfg.connect_timeout,
                     cfg.idle_timeout,
+                    self.ctx.pool,
                 )
             except PeerUnavailable:
                 continue
@@ -180,6 +188,7 @@ class PeerDaemon:
                 {"op": "gossip", "view": self.ctx.membership.view()},
                 cfg.connect_timeout,
                 cfg.idle_timeout,
+                self.ctx.pool,
             )
         except (PeerUnavailable, InvalidInput):
             self.ctx.membership.fail(member)

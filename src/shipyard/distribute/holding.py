@@ -91,6 +91,15 @@ class Holding:
             self._runner = asyncio.get_running_loop().create_task(self._run())
         self._update_gauges()
 
+    async def stop(self) -> None:
+        """Cancel the fetch loop and every transfer in flight (their pieces stay missing)."""
+        tasks = [t.task for ts in self.inflight.values() for t in ts]
+        if self._runner:
+            tasks.append(self._runner)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
     def missing(self) -> list[int]:
         rest = self._wanted_bits & ~self.held
         found = []
@@ -228,6 +237,7 @@ class Holding:
             {"op": "piece", "hash": piece_hash},
             cfg.connect_timeout,
             cfg.idle_timeout,
+            self.ctx.pool,
         )
         if body is None:
             raise PeerUnavailable(f"peer {source} sent no bytes for {piece_hash[:16]}")

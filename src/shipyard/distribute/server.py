@@ -16,6 +16,7 @@ from shipyard.store import LocalBackend
 from shipyard.store.pieces import manifest_key, piece_key
 
 _SLICE = 256 << 10
+KEEPALIVE = 20.0  # seconds an idle connection stays open for its next request
 
 Handler = Callable[[Header, asyncio.StreamWriter], Awaitable[None]]
 
@@ -47,20 +48,32 @@ class Server:
         limit = ctx.config.upload_limit_bps
         self.throttle = Throttle(limit) if limit else None
         self.uploads = 0
+        self.connections: set[asyncio.Task[None]] = set()
+
+    async def close(self) -> None:
+        """Cancel the handlers of open (kept-alive) connections."""
+        for task in list(self.connections):
+            task.cancel()
+        await asyncio.gather(*self.connections, return_exceptions=True)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         timeout = self.ctx.config.idle_timeout
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections.add(task)
         try:
-            first = await asyncio.wait_for(reader.readexactly(4), timeout)
-            if first == HTTP_PREFIX:
-                await self._metrics(reader, writer)
-                return
-            header = await read_header(reader, timeout, first)
-            await self._dispatch(header, writer)
-            await asyncio.wait_for(writer.drain(), timeout)
+            while True:  # requests in turn until the peer hangs up or idles out
+                first = await asyncio.wait_for(reader.readexactly(4), KEEPALIVE)
+                if first == HTTP_PREFIX:
+                    await self._metrics(reader, writer)
+                    return
+                header = await read_header(reader, timeout, first)
+                await self._dispatch(header, writer)
+                await asyncio.wait_for(writer.drain(), timeout)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, ShipyardError):
             pass  # the requester sees a closed connection and tries elsewhere
         finally:
+            self.connections.discard(task)
             writer.close()
 
     async def _dispatch(self, header: Header, writer: asyncio.StreamWriter) -> None:

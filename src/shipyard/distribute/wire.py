@@ -63,32 +63,92 @@ async def read_body(reader: asyncio.StreamReader, size: int, idle_timeout: float
     return b"".join(chunks)
 
 
+Stream = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+class Pool:
+    """Idle connections per peer. Reusing one spares a piece the TCP handshake and slow start;
+    a connection is used by one request at a time and closed on any failure or cancellation."""
+
+    def __init__(self, per_peer: int) -> None:
+        self.per_peer = per_peer
+        self.idle: dict[Address, list[Stream]] = {}
+
+    def take(self, address: Address) -> Stream | None:
+        streams = self.idle.get(address, [])
+        while streams:
+            reader, writer = streams.pop()
+            if not writer.is_closing() and not reader.at_eof():
+                return reader, writer
+            writer.close()
+        return None
+
+    def close(self) -> None:
+        for streams in self.idle.values():
+            for _, writer in streams:
+                writer.close()
+        self.idle.clear()
+
+    def give(self, address: Address, stream: Stream) -> None:
+        streams = self.idle.setdefault(address, [])
+        if len(streams) < self.per_peer:
+            streams.append(stream)
+        else:
+            stream[1].close()
+
+
 async def request(
     address: Address,
     header: Header,
     connect_timeout: float,
     idle_timeout: float,
+    pool: Pool | None = None,
 ) -> tuple[Header, bytes | None]:
     """Send one request and return the reply header and body (None when it carries none)."""
     where = f"{address[0]}:{address[1]}"
-    writer: asyncio.StreamWriter | None = None
-    try:
-        reader, stream = await asyncio.wait_for(
-            asyncio.open_connection(*address, limit=_CHUNK), connect_timeout
-        )
-        writer = stream
-        stream.write(encode(header))
-        await asyncio.wait_for(stream.drain(), idle_timeout)
-        reply = await read_header(reader, idle_timeout)
-        if reply.get("error"):
-            kind = PeerBusy if reply.get("kind") == "PeerBusy" else PeerUnavailable
-            raise kind(f"peer {where}: {reply['error']}")
-        body = None
-        if "size" in reply:
-            body = await read_body(reader, int(reply["size"]), idle_timeout)
-        return reply, body
-    except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, InvalidInput) as exc:
-        raise PeerUnavailable(f"peer {where}: {type(exc).__name__} {exc}") from None
-    finally:
-        if writer is not None:
-            writer.close()
+    stream = pool.take(address) if pool else None
+    while True:
+        fresh = stream is None
+        try:
+            if stream is None:
+                stream = await asyncio.wait_for(
+                    asyncio.open_connection(*address, limit=_CHUNK), connect_timeout
+                )
+            reply, body = await _exchange(stream, header, idle_timeout)
+            break
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            if stream is not None:
+                stream[1].close()
+            stream = None
+            if fresh:
+                raise PeerUnavailable(f"peer {where}: {type(exc).__name__} {exc}") from None
+            # else: a pooled connection the peer had closed meanwhile; once more, fresh
+        except (TimeoutError, ValueError, InvalidInput) as exc:
+            if stream is not None:
+                stream[1].close()
+            raise PeerUnavailable(f"peer {where}: {type(exc).__name__} {exc}") from None
+        except BaseException:
+            if stream is not None:
+                stream[1].close()
+            raise
+    if pool:
+        pool.give(address, stream)
+    else:
+        stream[1].close()
+    if reply.get("error"):
+        kind = PeerBusy if reply.get("kind") == "PeerBusy" else PeerUnavailable
+        raise kind(f"peer {where}: {reply['error']}")
+    return reply, body
+
+
+async def _exchange(
+    stream: Stream, header: Header, idle_timeout: float
+) -> tuple[Header, bytes | None]:
+    reader, writer = stream
+    writer.write(encode(header))
+    await asyncio.wait_for(writer.drain(), idle_timeout)
+    reply = await read_header(reader, idle_timeout)
+    body = None
+    if "size" in reply:
+        body = await read_body(reader, int(reply["size"]), idle_timeout)
+    return reply, body
