@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from shipyard.checkpoint.background import lower_thread_priority
 from shipyard.checkpoint.load import Loaded, assemble
 from shipyard.checkpoint.manifest import CheckpointManifest
 from shipyard.checkpoint.plan import Piece
@@ -93,6 +94,7 @@ class PeerMemory:
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
+        lower_thread_priority()
         with conn:
             try:
                 request, payload = _recv(conn)

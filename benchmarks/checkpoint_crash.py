@@ -1,0 +1,105 @@
+"""Crash safety: SIGKILL a process that saves checkpoints back to back, at random moments.
+
+After each kill, `latest_committed()` must return a checkpoint whose shards all match their
+SHA-256 and whose contents are those of its step (`torn` counts the ones that do not), and that
+is no older than the last save the process saw commit (`lost` counts those). The next process
+resumes on the same directory, saving over whatever the killed one left behind.
+
+    .venv/bin/python benchmarks/checkpoint_crash.py [--kills 200] [--mb 16]
+"""
+
+import argparse
+import json
+import os
+import random
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from shipyard.checkpoint import CheckpointManager, Retention, latest_committed, load_committed
+from shipyard.errors import ShipyardError
+
+
+def saver(root: Path, numel: int, report: int) -> None:
+    """Child: save steps latest+1, latest+2, ... forever, reporting each commit on `report`."""
+    found = latest_committed(root)
+    step = found.step + 1 if found else 0
+    manager = CheckpointManager(root, peer_memory=False, retention=Retention(keep_last=2))
+    previous = None
+    while True:
+        state = {"w": torch.full((numel,), float(step)), "b": torch.arange(step, step + 1000)}
+        handle = manager.save(step, state, loader={"step": step})
+        if previous is not None:
+            os.write(report, f"{previous}\n".encode())
+        handle.result()
+        previous = step
+        step += 1
+
+
+def check(root: Path, seen: int | None) -> tuple[bool, bool]:
+    """(torn, lost) for the checkpoint `latest_committed` returns now."""
+    found = latest_committed(root)
+    if found is None:
+        return False, seen is not None
+    try:
+        state = load_committed(found).state
+    except ShipyardError:
+        return True, False
+    step = found.step
+    whole = bool((state["w"] == float(step)).all()) and state["b"][0].item() == step
+    return not whole, seen is not None and step < seen
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=200)
+    parser.add_argument("--mb", type=int, default=16, help="state size per checkpoint")
+    parser.add_argument("--seed", type=int, default=None)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    numel = args.mb * (1 << 20) // 4
+    torn = lost = 0
+    seen: int | None = None
+    with tempfile.TemporaryDirectory(dir=os.environ.get("SHIPYARD_BENCH_DIR")) as tmp:
+        root = Path(tmp) / "ckpt"
+        for kill in range(args.kills):
+            read_end, write_end = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the saving process
+                os.close(read_end)
+                try:
+                    saver(root, numel, write_end)
+                finally:
+                    os._exit(1)
+            os.close(write_end)
+            time.sleep(rng.uniform(0.02, 0.5))
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            with os.fdopen(read_end) as reports:
+                steps = [int(line) for line in reports.read().split()]
+            seen = max([seen or 0, *steps]) if steps or seen is not None else None
+            was_torn, was_lost = check(root, seen)
+            torn += was_torn
+            lost += was_lost
+            if (kill + 1) % 20 == 0:
+                print(f"{kill + 1} kills: {torn} torn, {lost} lost, last seen step {seen}")
+    print(
+        json.dumps(
+            {
+                "name": "checkpoint_crash",
+                "value": torn,
+                "unit": "torn checkpoints",
+                "kills": args.kills,
+                "torn": torn,
+                "lost": lost,
+                "last_step": seen,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
