@@ -110,19 +110,23 @@ def test_components_follow_long_chains(tmp_path: Path) -> None:
     assert set(components(n, [tmp_path / "e.npy"]).tolist()) == {0}
 
 
-def test_clusters_do_not_chain_through_mid_similarity() -> None:
+def test_clusters_link_only_verified_pairs() -> None:
     words = english_text(2, paragraphs=10).split()
     third = len(words) // 3
-    # a~b and a~c share two thirds each; b and c share only the middle third
+    # a~b and a~c share two thirds each; b and c share only the middle third; d is unrelated
     a = words
     b = words[: 2 * third] + ["x"] * (len(words) - 2 * third)
     c = ["y"] * third + words[third:]
-    sets = {0: shingles(" ".join(a), 5), 1: shingles(" ".join(b), 5), 2: shingles(" ".join(c), 5)}
-    sets[3] = sets[0].copy()
-    reps = cluster_component([0, 1, 2, 3], sets, 0.9)
-    assert reps[3] == 0
-    assert reps[1] == 1 and reps[2] == 2  # neither joins doc 0's cluster at 0.9
-    assert jaccard(sets[1], sets[2]) < 0.9
+    d = english_text(3, paragraphs=10).split()
+    sets = {i: shingles(" ".join(t), 5) for i, t in enumerate((a, b, c, d))}
+    sets[4] = sets[0].copy()
+    assert (
+        jaccard(sets[1], sets[2]) < 0.5 <= min(jaccard(sets[0], sets[1]), jaccard(sets[0], sets[2]))
+    )
+    strict = cluster_component([0, 1, 2, 3, 4], sets, 0.9)
+    assert strict == {0: 0, 1: 1, 2: 2, 3: 3, 4: 0}  # only the exact copy joins doc 0
+    loose = cluster_component([4, 3, 2, 1, 0], sets, 0.5)
+    assert loose == {0: 0, 1: 0, 2: 0, 3: 3, 4: 0}  # b and c join through a; d never does
 
 
 def _file(tmp_path: Path, name: str, texts: list[str], config: DedupConfig) -> Path:

@@ -1,13 +1,16 @@
 """Split LSH components into duplicate clusters by exact n-gram Jaccard.
 
-Connected components over LSH candidates chain: A~B and B~C put A and C together even when
-they share little. Within each component, documents are taken in number order (the keep rule:
-the earliest document — first input file, first record — represents its cluster) and each joins
-the first cluster whose members it matches at `threshold` or more (complete linkage, checking
-at most `MAX_CHECKS` members), else founds a new one. Components are processed in shards by
-label, each shard needing only its own members' texts.
+Connected components over raw LSH candidates chain: a candidate edge between two documents that
+share half their n-grams merges two unrelated clusters. Here an edge counts only when the exact
+Jaccard similarity of the two documents' n-gram sets reaches `threshold`, and clusters are the
+connected components of those verified edges. Within a component of at most `ALL_PAIRS` members
+every pair is checked (recovering pairs whose own bands never collided); larger components check
+each member against the representatives of the clusters found so far. The keep rule: the earliest
+document (lowest number: first input file, first record) represents its cluster and is kept.
+Components are processed in shards by label, each shard loading only its own members' texts.
 """
 
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -15,23 +18,38 @@ import numpy as np
 from shipyard.data.lsh import I64
 from shipyard.data.minhash import U64, jaccard, shingles
 
-MAX_CHECKS = 32
+ALL_PAIRS = 64
 
 
 def cluster_component(members: list[int], sets: dict[int, U64], threshold: float) -> dict[int, int]:
     """Each member's cluster representative (the cluster's smallest member)."""
-    clusters: list[list[int]] = []
-    rep: dict[int, int] = {}
-    for doc in sorted(members):
-        for cluster in clusters:
-            if all(jaccard(sets[doc], sets[m]) >= threshold for m in cluster[:MAX_CHECKS]):
-                cluster.append(doc)
-                rep[doc] = cluster[0]
-                break
-        else:
-            clusters.append([doc])
-            rep[doc] = doc
-    return rep
+    ordered = sorted(members)
+    parent = {doc: doc for doc in ordered}
+
+    def root(doc: int) -> int:
+        while parent[doc] != doc:
+            parent[doc] = parent[parent[doc]]
+            doc = parent[doc]
+        return doc
+
+    def link(a: int, b: int) -> None:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+
+    if len(ordered) <= ALL_PAIRS:
+        for a, b in itertools.combinations(ordered, 2):
+            if root(a) != root(b) and jaccard(sets[a], sets[b]) >= threshold:
+                link(a, b)
+    else:
+        reps: list[int] = []
+        for doc in ordered:
+            match = next((r for r in reps if jaccard(sets[doc], sets[r]) >= threshold), None)
+            if match is None:
+                reps.append(doc)
+            else:
+                link(doc, match)
+    return {doc: root(doc) for doc in ordered}
 
 
 def cluster_all(
