@@ -5,17 +5,17 @@
    hash seeds, a pair is a candidate when any of the 14 bands (8 rows each) of their signatures
    match. The mean candidate rate per similarity decile is compared with the mean of the theory
    1 − (1 − s⁸)¹⁴ at each pair's own s.
-2. Clusters: families of a page and 1–3 independently edited copies go through Shipyard's dedup (`dedup_files`: LSH, components, exact-Jaccard
-   cluster split). Pairwise precision and recall of the clusters against the exact-Jaccard truth
-   at 0.75: the true clusters are the connected components of the graph whose edges are the
-   document pairs at exact similarity ≥ 0.75 (every within-family pair is computed, and every
-   predicted cross-family pair; pages are distinct documentation pages), and a pair is a true
-   duplicate pair when both documents share a true cluster. `direct_pair_*` instead count a
-   pair as true only when its own similarity is ≥ 0.75 (no transitivity). A copy's similarity
-   to its page is drawn by `--mix`: `bimodal` (default) — half near-duplicates in [0.8, 1], half
-   related pages in [0.4, 0.7], the mid-similarity pairs that make plain components chain —
-   or `uniform` in [0.5, 1], which puts many pairs right at the threshold, where 14 × 8 LSH
-   finds a pair only with probability 1 − (1 − 0.75⁸)¹⁴ ≈ 0.77.
+2. Clusters: families of a page and 1–3 independently edited copies go through Shipyard's
+   dedup (`dedup_files`: LSH, components, exact-Jaccard cluster split). Pairwise precision and
+   recall of the clusters against the exact-Jaccard truth at 0.75: the true clusters are the
+   connected components of the graph whose edges are the document pairs at exact similarity
+   ≥ 0.75 (every within-family pair is computed, and every predicted cross-family pair; pages
+   are distinct documentation pages); a pair is a true duplicate pair when both documents share
+   a true cluster. `direct_pair_*` count a pair as true only when its own similarity is ≥ 0.75.
+   A copy's similarity to its page is drawn by `--mix`: `bimodal` (default) — half
+   near-duplicates in [0.8, 1], half related pages in [0.4, 0.7], the mid-similarity pairs that
+   make plain components chain — or `uniform` in [0.5, 1], which puts many pairs right at the
+   threshold, where 14 × 8 LSH finds a pair with probability 1 − (1 − 0.75⁸)¹⁴ ≈ 0.77 only.
 
 Usage: .venv/bin/python benchmarks/dedup_quality.py [--pairs 1500] [--families 300] [--seeds 20]
        [--mix bimodal|uniform]
