@@ -1,0 +1,235 @@
+"""The training run's typed config: model, data, optimizer, schedule, controller and chaos.
+
+Loaded from a TOML or JSON file (`load_config`) or a dict (`TrainConfig.from_dict`); every field is
+validated here, at the edge, and a bad one is named with the allowed values. `to_dict` round-trips,
+so the catalog stores the exact config a run was started with.
+"""
+
+import json
+import tomllib
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, TypeVar
+
+from shipyard.errors import InvalidInput
+
+FAULT_KINDS = ("kill", "hang", "straggler", "nan")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    vocab_size: int = 512
+    d_model: int = 128
+    n_layers: int = 2
+    n_heads: int = 4
+    seq_len: int = 64
+
+    def validate(self) -> None:
+        _positive(self, "vocab_size", "d_model", "n_layers", "n_heads", "seq_len")
+        _check(self.d_model % self.n_heads == 0, "model.d_model", "must divide by model.n_heads")
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """A token dataset directory (`path`) or artifact (`artifact`: id, prefix or alias)."""
+
+    path: str = ""
+    artifact: str = ""
+    global_batch: int = 8
+    seed: int = 0
+
+    def validate(self) -> None:
+        _check(bool(self.path) != bool(self.artifact), "data", "set exactly one of path, artifact")
+        _positive(self, "global_batch")
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    lr: float = 3e-3
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+
+    def validate(self) -> None:
+        _positive(self, "lr", "grad_clip")
+        _check(self.weight_decay >= 0, "optim.weight_decay", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """`checkpoint_every`: steps between checkpoints; 0 = Young/Daly τ* from measured C and M."""
+
+    steps: int = 100
+    seed: int = 0
+    checkpoint_every: int = 20
+    gc_every: int = 50  # gc disabled, then collected on every rank at the same step; 0 = normal gc
+    keep_checkpoints: int = 2
+
+    def validate(self) -> None:
+        _positive(self, "steps", "keep_checkpoints")
+        _check(self.checkpoint_every >= 0, "train.checkpoint_every", "must be >= 0 (0 = auto)")
+        _check(self.gc_every >= 0, "train.gc_every", "must be >= 0 (0 = normal gc)")
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    max_failures: int = 5  # stop when more than this many failures fall in `failure_window_s`
+    failure_window_s: float = 600.0
+    heartbeat_s: float = 0.1
+    hang_factor: float = 20.0  # k: a hang is no global progress for k × median step time
+    hang_min_s: float = 2.0  # ... but never less than this
+    startup_timeout_s: float = 120.0
+    straggler_factor: float = 1.1
+    straggler_windows: int = 3
+    window_steps: int = 10
+    spike_factor: float = 0.0  # loss above this × the recent median is a spike; 0 = NaN/inf only
+    skip_steps: int = 1  # data steps skipped after a NaN or spike
+    lr_scale_on_spike: float = 1.0
+    mtbf_prior_s: float = 3600.0
+    spares: bool = True
+    metrics_port: int = -1  # Prometheus /metrics on this port; 0 = any free port, -1 = off
+
+    def validate(self) -> None:
+        _positive(
+            self,
+            "max_failures",
+            "failure_window_s",
+            "heartbeat_s",
+            "hang_factor",
+            "startup_timeout_s",
+            "straggler_factor",
+            "straggler_windows",
+            "window_steps",
+            "skip_steps",
+            "lr_scale_on_spike",
+            "mtbf_prior_s",
+        )
+        _check(self.hang_min_s >= 0, "controller.hang_min_s", "must be >= 0")
+        _check(self.spike_factor >= 0, "controller.spike_factor", "must be >= 0 (0 = off)")
+        _check(self.metrics_port >= -1, "controller.metrics_port", "must be >= -1")
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A scripted fault: `kind` on `rank` at training `step` of `attempt`.
+
+    A `nan` fault with `data_step` >= 0 poisons whichever step reads that data step, on every
+    attempt: it behaves like bad data, which only a skip window gets past.
+    """
+
+    kind: str
+    rank: int = 0
+    step: int = 0
+    attempt: int = 0
+    data_step: int = -1
+
+    def validate(self) -> None:
+        _check(self.kind in FAULT_KINDS, "chaos.faults.kind", f"must be one of {FAULT_KINDS}")
+        _check(min(self.rank, self.step, self.attempt) >= 0, "chaos.faults", "must be >= 0")
+
+
+@dataclass(frozen=True)
+class ChaosConfig:
+    """Random faults with mean time between them `mtbf_s` (0 = none), plus scripted `faults`."""
+
+    mtbf_s: float = 0.0
+    kinds: tuple[str, ...] = FAULT_KINDS
+    seed: int = 0
+    faults: tuple[Fault, ...] = ()
+
+    def validate(self) -> None:
+        _check(self.mtbf_s >= 0, "chaos.mtbf_s", "must be >= 0 (0 = off)")
+        for kind in self.kinds:
+            _check(kind in FAULT_KINDS, "chaos.kinds", f"must be among {FAULT_KINDS}")
+        for fault in self.faults:
+            fault.validate()
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    data: DataConfig
+    model: ModelConfig = field(default_factory=ModelConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    train: ScheduleConfig = field(default_factory=ScheduleConfig)
+    controller: ControllerConfig = field(default_factory=ControllerConfig)
+    chaos: ChaosConfig = field(default_factory=ChaosConfig)
+    alias: str = ""  # moved to the model artifact when the run succeeds
+
+    def __post_init__(self) -> None:
+        for part in (self.data, self.model, self.optim, self.train, self.controller, self.chaos):
+            part.validate()
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> "TrainConfig":
+        if not isinstance(raw, dict):
+            raise InvalidInput("train config must be a table/object")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        _check(not unknown, "config", f"unknown sections {unknown}; allowed: {sorted(known)}")
+        chaos = dict(raw.get("chaos", {}))
+        chaos["kinds"] = tuple(chaos.get("kinds", FAULT_KINDS))
+        chaos["faults"] = tuple(_build(Fault, f, "chaos.faults") for f in chaos.get("faults", []))
+        return cls(
+            data=_build(DataConfig, raw.get("data", {}), "data"),
+            model=_build(ModelConfig, raw.get("model", {}), "model"),
+            optim=_build(OptimConfig, raw.get("optim", {}), "optim"),
+            train=_build(ScheduleConfig, raw.get("train", {}), "train"),
+            controller=_build(ControllerConfig, raw.get("controller", {}), "controller"),
+            chaos=_build(ChaosConfig, chaos, "chaos"),
+            alias=str(raw.get("alias", "")),
+        )
+
+
+def load_config(path: str | Path) -> TrainConfig:
+    """Read a `.toml` or `.json` train config file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read train config {path}: {exc}") from exc
+    try:
+        raw = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise InvalidInput(f"train config {path} is not valid {path.suffix[1:]}: {exc}") from exc
+    return TrainConfig.from_dict(raw)
+
+
+_T = TypeVar("_T")
+
+
+def _build(cls: type[_T], raw: Any, where: str) -> _T:
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"train config section {where!r} must be a table/object")
+    allowed = {f.name: f for f in fields(cls)}  # type: ignore[arg-type]
+    unknown = sorted(set(raw) - set(allowed))
+    _check(not unknown, where, f"unknown fields {unknown}; allowed: {sorted(allowed)}")
+    values = {}
+    for name, value in raw.items():
+        default = getattr(cls(**{} if cls is not Fault else {"kind": "kill"}), name)
+        if isinstance(default, bool):
+            ok = isinstance(value, bool)
+        elif isinstance(default, int):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif isinstance(default, float):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            value = float(value) if ok else value
+        elif isinstance(default, str):
+            ok = isinstance(value, str)
+        else:
+            ok = True
+        _check(ok, f"{where}.{name}", f"must be a {type(default).__name__}, got {value!r}")
+        values[name] = value
+    return cls(**values)
+
+
+def _positive(section: Any, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        _check(value > 0, f"{type(section).__name__}.{name}", f"must be > 0, got {value}")
+
+
+def _check(ok: bool, where: str, message: str) -> None:
+    if not ok:
+        raise InvalidInput(f"train config field {where!r}: {message}")

@@ -1,0 +1,429 @@
+"""The controller: drives a run's state machine from its desired state in the catalog.
+
+pending → starting → running → restarting → … → succeeded | failed. Every attempt gets a fresh
+rendezvous (a new store on a new port, hosted by its rank 0) and new rank processes, taken from
+warm spares; they restore the latest committed checkpoint, from the previous attempt's peer memory
+when its survivors still hold it. Failures (a rank exiting, a collective error, a hang, a NaN or
+loss spike) are counted in a sliding window; past `max_failures` the run fails with the reason.
+The run row is saved every half second, so a restarted controller re-attaches to live ranks.
+"""
+
+import json
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO
+
+from shipyard.checkpoint import latest_committed
+from shipyard.train.attempt import Attempt
+from shipyard.train.chaos import Chaos
+from shipyard.train.config import TrainConfig
+from shipyard.train.detect import HangWatch, StragglerWatch, missing_ranks
+from shipyard.train.faults import HANG_SIGNAL, SIGNALS, STACK_SIGNAL
+from shipyard.train.goodput import Ledger
+from shipyard.train.heartbeat import Beat, Receiver
+from shipyard.train.metrics import MetricsServer
+from shipyard.train.ranks import RankProcess, SparePool, assign, free_port, spawn_worker
+from shipyard.train.report import metric_samples, mtbf
+from shipyard.train.runs import finish_catalog_run, register_model
+from shipyard.train.state import FINAL, RunTable
+from shipyard.train.worker import EXIT_ANOMALY, Assignment, checkpoint_root
+
+SAVE_EVERY_S = 0.5
+LINGER_S = 60.0  # the longest a previous attempt's survivors serve peer memory
+STACK_WAIT_S = 0.3
+CSV_HEADER = "attempt,rank,step,step_time,work_time,data_wait,stall,loss\n"
+
+
+class Controller:
+    def __init__(self, run_id: str, *, attach: bool = False, say: Callable[[str], None] = print):
+        self.table = RunTable()
+        self.run = self.table.get(run_id)
+        self.cfg = TrainConfig.from_dict(self.run.config)
+        self.attach = attach
+        self.say = say
+        c, world = self.cfg.controller, self.run.world_size
+        self.ledger = Ledger.from_dict(self.run.ledger) if self.run.ledger else Ledger()
+        self.hang = HangWatch(c.hang_factor, c.hang_min_s, c.startup_timeout_s)
+        self.stragglers = StragglerWatch(
+            world, c.window_steps, c.straggler_factor, c.straggler_windows
+        )
+        self.chaos = Chaos(self.cfg.chaos, world)
+        self.run_dir = Path(self.run.run_dir)
+        self.failures = [
+            e.at
+            for e in self.table.events(run_id, "failure")
+            if time.time() - e.at <= c.failure_window_s
+        ]
+        self.attempt: Attempt | None = None
+        self.lingering: list[tuple[RankProcess, float]] = []
+        self.drain: tuple[int, int] | None = None  # (straggler rank, checkpoint step when flagged)
+        self.straggler_count = 0
+        self.receiver = Receiver(self.run.heartbeat_port if attach else 0)
+        self.pool = SparePool(world if c.spares else 0, self.run_dir / "logs")
+        self.metrics = (
+            MetricsServer(
+                lambda: metric_samples(self.run, self._rank_times(), self.straggler_count),
+                c.metrics_port,
+            )
+            if c.metrics_port >= 0
+            else None
+        )
+        steps_csv = self.run_dir / "steps.csv"
+        fresh = not steps_csv.exists()
+        self.csv: IO[str] = open(steps_csv, "a")  # noqa: SIM115 - closed in _shutdown
+        if fresh:
+            self.csv.write(CSV_HEADER)
+        self._saved_at = 0.0
+
+    # The loop
+
+    def run_to_end(self) -> str:
+        """Drive the run until it succeeds or fails; returns the final state."""
+        try:
+            self.run.controller_pid = os.getpid()
+            self.run.heartbeat_port = self.receiver.address[1]
+            if self.run.state not in FINAL and not (self.attach and self._adopt()):
+                self._launch([])
+            while self.run.state not in FINAL:
+                self._tick()
+        finally:
+            self._shutdown()
+        return self.run.state
+
+    def _tick(self) -> None:
+        beats = self.receiver.drain(wait=min(self.cfg.controller.heartbeat_s, 0.05))
+        for beat in beats:
+            self._on_beat(beat)
+        now = time.time()
+        if self.attempt is None or self.run.state in FINAL:
+            return
+        self._check_exits(now)
+        if self.run.state in ("starting", "running"):
+            self._check_hang(now)
+        if self.run.state == "running":
+            self._inject(now)
+            self._maybe_drain(now)
+        self._reap_lingering(now)
+        if now - self._saved_at > SAVE_EVERY_S:
+            self._save()
+
+    def _reap_lingering(self, now: float) -> None:
+        for rank, deadline in self.lingering:
+            if deadline <= now:
+                rank.kill()
+        self.lingering = [(r, t) for r, t in self.lingering if t > now]
+
+    # Heartbeats
+
+    def _on_beat(self, beat: Beat) -> None:
+        a = self.attempt
+        if a is None or beat.attempt != a.number:
+            return
+        a.record(beat)
+        if beat.kind == "ready":
+            where = {"rank": beat.rank, "step": beat.step, **beat.fields}
+            self.table.event(self.run.run_id, "ready", attempt=a.number, **where)
+        if beat.kind == "step":
+            self._on_step(a, beat)
+        if self.run.state == "starting" and a.global_step() >= 0:
+            self._set_state("running")
+            self.hang.reset(time.time())
+            self.chaos.arm(time.time())
+
+    def _on_step(self, a: Attempt, beat: Beat) -> None:
+        f = beat.fields
+        self.csv.write(
+            f"{a.number},{beat.rank},{beat.step},{f['step_time']:.6f},{f['work_time']:.6f},"
+            f"{f['data_wait']:.6f},{f['stall']:.6f},{f['loss']}\n"
+        )
+        for found in self.stragglers.observe(beat.rank, beat.step - 1, float(f["work_time"])):
+            self.table.event(
+                self.run.run_id,
+                "straggler",
+                rank=found.rank,
+                window=found.window,
+                ratio=found.ratio,
+            )
+            self.straggler_count += 1
+            self.say(f"straggler: rank {found.rank} at {found.ratio:.2f}× the median work time")
+            if self.cfg.controller.spares and self.drain is None:
+                self.drain = (found.rank, self.run.checkpoint_step)
+        if beat.rank == 0:
+            self.ledger.step(beat.step, f["step_time"], f["data_wait"], f["stall"], beat.at)
+            committed = int(f["committed"])
+            self.ledger.commit(committed)
+            self.run.step, self.run.checkpoint_step = beat.step, committed
+        now = time.time()
+        self.hang.observe(a.global_step(), now, float(f["step_time"]) if beat.rank == 0 else None)
+        if a.first_step_at == beat.at and beat.rank == 0:
+            # The new attempt is past its restore: the old survivors and the refill may go.
+            for rank, _ in self.lingering:
+                rank.kill()
+            self.lingering = []
+            self.pool.fill()
+
+    # Failure detection
+
+    def _check_exits(self, now: float) -> None:
+        a = self.attempt
+        assert a is not None
+        codes = a.exit_codes()
+        if all(code is not None for code in codes):
+            final = latest_committed(checkpoint_root(self.run_dir))
+            finished = final is not None and final.manifest.step >= self.cfg.train.steps
+            if finished and all(code in (0, -1) for code in codes):
+                self._succeed()
+                return
+        failed = [r for r, code in enumerate(codes) if code not in (None, 0)]
+        if failed:
+            kind = "anomaly" if EXIT_ANOMALY in codes else "crash"
+            self._failure(kind, now, now, ranks=failed, exit_codes=codes)
+        elif a.lost:
+            self._failure("collective-error", now, now, ranks=sorted(a.lost), errors=a.lost)
+
+    def _check_hang(self, now: float) -> None:
+        a = self.attempt
+        assert a is not None
+        if self.run.state == "starting":
+            if now - a.started_at > self.cfg.controller.startup_timeout_s:
+                self._failure("startup-timeout", a.started_at, now, ready=sorted(a.steps))
+            return
+        if a.global_step() >= self.cfg.train.steps:
+            return  # finishing: the final save and exit are waited for, not timed
+        stalled = self.hang.stalled_for(now)
+        if stalled is None:
+            return
+        entered = a.entered_all()
+        pending, missing = missing_ranks(entered)
+        stacks = self._dump_stacks(a)
+        self.table.event(
+            self.run.run_id,
+            "hang",
+            stalled_s=stalled,
+            threshold_s=self.hang.threshold(),
+            heartbeat_s=self.cfg.controller.heartbeat_s,
+            pending=list(pending),
+            missing=missing,
+            entered={str(r): list(v) for r, v in entered.items()},
+            stacks=stacks,
+        )
+        self.say(f"hang: no progress for {stalled:.2f}s; rank(s) {missing} never entered {pending}")
+        self._failure("hang", self.hang.since, now, ranks=missing)
+
+    def _dump_stacks(self, a: Attempt) -> dict[str, str]:
+        for rank in a.ranks:
+            rank.signal(STACK_SIGNAL)
+        time.sleep(STACK_WAIT_S)
+        stacks = {}
+        for r in range(a.world_size):
+            path = self.run_dir / "stacks" / f"attempt-{a.number}-rank-{r}.txt"
+            stacks[str(r)] = path.read_text()[-6000:] if path.exists() else ""
+        return stacks
+
+    # Reactions
+
+    def _failure(self, kind: str, failed_at: float, now: float, **detail: object) -> None:
+        a = self.attempt
+        assert a is not None
+        c = self.cfg.controller
+        committed = self._committed()
+        self.ledger.interrupt(failed_at, now, committed)
+        self.failures = [t for t in self.failures if now - t <= c.failure_window_s] + [now]
+        self.table.event(
+            self.run.run_id,
+            "failure",
+            kind=kind,
+            attempt=a.number,
+            step=a.global_step(),
+            committed=committed,
+            detection_s=now - failed_at,
+            **detail,
+        )
+        self.say(f"failure: {kind} in attempt {a.number} ({detail}); committed step {committed}")
+        self.chaos.disarm()
+        if kind == "anomaly":
+            self._rollback(a, committed)
+        if len(self.failures) > c.max_failures:
+            a.kill()
+            self._finish(
+                "failed",
+                f"{len(self.failures)} failures within {c.failure_window_s:g}s "
+                f"(max_failures {c.max_failures}); the last was {kind}: {detail}",
+            )
+            return
+        self._restart(a, peers=a.peer_list() if kind != "anomaly" else [])
+
+    def _restart(self, a: Attempt, peers: list[str]) -> None:
+        """Survivors linger (serving peer memory) until the next attempt has restored."""
+        self._set_state("restarting")
+        deadline = time.time() + LINGER_S
+        for rank in a.ranks:
+            if peers and rank.exit_code() is None:
+                rank.signal(HANG_SIGNAL)  # a healthy survivor (a drain) must not train on
+                self.lingering.append((rank, deadline))
+            else:
+                rank.kill()
+        self._launch(peers)
+
+    def _rollback(self, a: Attempt, committed: int) -> None:
+        anomaly = a.anomaly
+        path = self.run_dir / f"anomaly-attempt-{a.number}.json"
+        if anomaly is None and path.exists():
+            anomaly = json.loads(path.read_text())
+        if anomaly is None:
+            self.table.event(self.run.run_id, "rollback", skip=None, to_step=committed)
+            return
+        start = int(str(anomaly["data_step"]))
+        window = [start, start + self.cfg.controller.skip_steps]
+        if window not in self.run.skips:
+            self.run.skips.append(window)
+        self.run.lr_scale *= self.cfg.controller.lr_scale_on_spike
+        self.table.event(
+            self.run.run_id,
+            "rollback",
+            skip=window,
+            to_step=committed,
+            loss=anomaly.get("loss"),
+            lr_scale=self.run.lr_scale,
+        )
+        self.say(f"rollback to step {committed}, skipping data steps {window}")
+
+    def _maybe_drain(self, now: float) -> None:
+        """A flagged straggler is replaced by a spare at the next checkpoint (no work lost)."""
+        a = self.attempt
+        if self.drain is None or a is None or self.run.checkpoint_step <= self.drain[1]:
+            return
+        if self.run.checkpoint_step >= self.cfg.train.steps:
+            self.drain = None  # finished: nothing left to drain for
+            return
+        rank, _ = self.drain
+        self.drain = None
+        self.table.event(self.run.run_id, "drain", rank=rank, at_step=self.run.checkpoint_step)
+        self.say(f"drain: replacing straggler rank {rank} at step {self.run.checkpoint_step}")
+        self.ledger.interrupt(now, now, self.run.checkpoint_step, failure=False)
+        self.chaos.disarm()
+        self._restart(a, a.peer_list())
+
+    def _inject(self, now: float) -> None:
+        due = self.chaos.due(now)
+        a = self.attempt
+        if due is None or a is None:
+            return
+        kind, rank = due
+        self.table.event(self.run.run_id, "chaos", kind=kind, rank=rank, attempt=a.number)
+        self.say(f"chaos: {kind} on rank {rank}")
+        a.ranks[rank].signal(signal.SIGKILL if kind == "kill" else SIGNALS[kind])
+        if kind == "straggler":
+            self.chaos.arm(now)  # the attempt goes on; the next fault is independent
+
+    # Attempts
+
+    def _launch(self, peers: list[str]) -> None:
+        self.run.attempt += 1
+        port = free_port()
+        ranks = []
+        for r in range(self.run.world_size):
+            job = Assignment(
+                run_dir=str(self.run_dir),
+                config=self.run.config,
+                data_path=self.run.data_path,
+                rank=r,
+                world_size=self.run.world_size,
+                attempt=self.run.attempt,
+                store_port=port,
+                heartbeat_port=self.receiver.address[1],
+                peers=peers,
+                skips=self.run.skips,
+                lr_scale=self.run.lr_scale,
+                mtbf_s=mtbf(self.run, self.ledger, time.time()),
+            )
+            proc = self.pool.take() if self.cfg.controller.spares else None
+            ranks.append(assign(proc or spawn_worker(self.run_dir / "logs"), job))
+        self.attempt = Attempt(self.run.attempt, ranks)
+        self.run.rank_pids = [r.pid for r in ranks]
+        self.hang.reset(time.time())
+        self.stragglers.reset()
+        self.table.event(
+            self.run.run_id,
+            "launch",
+            attempt=self.run.attempt,
+            store_port=port,
+            pids=self.run.rank_pids,
+            peer_restore=bool(peers),
+            skips=self.run.skips,
+        )
+        self._set_state("starting")
+
+    def _adopt(self) -> bool:
+        """Re-attach to the ranks a previous controller left running; False if they are gone."""
+        if self.run.state not in ("starting", "running", "restarting") or not self.run.rank_pids:
+            return False
+        ranks = [RankProcess(pid) for pid in self.run.rank_pids]
+        alive = [r.exit_code() is None for r in ranks]
+        finished = self._committed() >= self.cfg.train.steps
+        self.table.event(self.run.run_id, "attach", pids=self.run.rank_pids, alive=alive)
+        if not all(alive) and not finished:
+            for rank in ranks:
+                rank.kill()
+            self.say("attach: the previous controller's ranks are gone; restarting")
+            return False
+        self.attempt = Attempt(self.run.attempt, ranks)
+        self.hang.reset(time.time())
+        self.say(f"attach: adopted attempt {self.run.attempt} (pids {self.run.rank_pids})")
+        return True
+
+    def _rank_times(self) -> dict[int, tuple[float, float]]:
+        a = self.attempt
+        if a is None:
+            return {}
+        beats = dict(a.last)
+        return {
+            r: (float(b.fields.get("step_time", 0.0)), float(b.fields.get("work_time", 0.0)))
+            for r, b in beats.items()
+        }
+
+    def _committed(self) -> int:
+        found = latest_committed(checkpoint_root(self.run_dir))
+        return found.manifest.step if found else 0
+
+    # Endings and bookkeeping
+
+    def _succeed(self) -> None:
+        self.ledger.commit(self.cfg.train.steps)
+        self.run.step = self.run.checkpoint_step = self.cfg.train.steps
+        self.run.model_id = register_model(self.run, self.cfg, {"attempts": self.run.attempt + 1})
+        self._finish("succeeded", "")
+
+    def _finish(self, state: str, reason: str) -> None:
+        self.run.reason = reason
+        self._set_state(state)
+        finish_catalog_run(self.run.run_id, state == "succeeded")
+        self.say(f"{state}{': ' + reason if reason else ''}")
+
+    def _set_state(self, state: str) -> None:
+        self.run.state = state
+        self.table.event(self.run.run_id, "state", state=state, attempt=self.run.attempt)
+        self._save()
+
+    def _save(self) -> None:
+        self.run.ledger = self.ledger.to_dict()
+        self.table.save(self.run)
+        self.csv.flush()
+        self._saved_at = time.time()
+
+    def _shutdown(self) -> None:
+        if self.run.state in FINAL:
+            if self.attempt is not None:
+                self.attempt.kill()
+            for rank, _ in self.lingering:
+                rank.kill()
+        self.pool.close()
+        self.receiver.close()
+        if self.metrics is not None:
+            self.metrics.close()
+        self._save()
+        self.csv.close()
+        self.table.close()

@@ -1,0 +1,56 @@
+"""A small GPT-style decoder: token + position embeddings, pre-norm causal blocks, tied head."""
+
+import torch
+from torch import nn
+from torch.nn import functional
+
+from shipyard.train.config import ModelConfig
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.norm1 = nn.LayerNorm(cfg.d_model)
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model)
+        self.norm2 = nn.LayerNorm(cfg.d_model)
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.d_model, 4 * cfg.d_model),
+            nn.GELU(),
+            nn.Linear(4 * cfg.d_model, cfg.d_model),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, length, width = x.shape
+        q, k, v = self.qkv(self.norm1(x)).split(width, dim=2)
+        heads = [t.view(batch, length, self.n_heads, -1).transpose(1, 2) for t in (q, k, v)]
+        q, k, v = heads
+        attended = functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.proj(attended.transpose(1, 2).reshape(batch, length, width))
+        out: torch.Tensor = x + self.mlp(self.norm2(x))
+        return out
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        self.position = nn.Embedding(cfg.seq_len, cfg.d_model)
+        self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
+        self.norm = nn.LayerNorm(cfg.d_model)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits (batch, length, vocab) for `tokens` (batch, length)."""
+        positions = torch.arange(tokens.shape[1], device=tokens.device)
+        x = self.embed(tokens) + self.position(positions)
+        for block in self.blocks:
+            x = block(x)
+        logits: torch.Tensor = self.norm(x) @ self.embed.weight.T
+        return logits
+
+
+def next_token_loss(model: nn.Module, tokens: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy of predicting each token from the ones before it."""
+    logits = model(tokens[:, :-1])
+    return functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1))

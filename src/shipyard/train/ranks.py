@@ -1,0 +1,109 @@
+"""Rank processes: warm spares, assignment, liveness and signals, for children and adopted pids.
+
+A spare is `python -m shipyard.train.worker` started ahead of time: it imports torch and the
+trainer, then waits for its assignment on stdin, so a restart skips the interpreter and import
+cost. A controller that re-attaches after its own restart adopts the ranks by pid; it cannot
+read their exit codes, so it relies on their `done` beats and on /proc.
+"""
+
+import contextlib
+import itertools
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from shipyard.train.worker import Assignment
+
+_counter = itertools.count()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def spawn_worker(log_dir: Path) -> subprocess.Popen[bytes]:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log = log_dir / f"worker-{os.getpid()}-{next(_counter)}.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    with open(log, "ab") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "shipyard.train.worker"],
+            stdin=subprocess.PIPE,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,  # a Ctrl-C to the controller is the controller's to handle
+        )
+
+
+class RankProcess:
+    """One rank: a child we started (exit code known) or an adopted pid (liveness only)."""
+
+    def __init__(self, pid: int, proc: subprocess.Popen[bytes] | None = None) -> None:
+        self.pid = pid
+        self.proc = proc
+
+    def exit_code(self) -> int | None:
+        """None while alive; the exit code (or -1 if adopted and unknown) once gone."""
+        if self.proc is not None:
+            return self.proc.poll()
+        return None if pid_alive(self.pid) else -1
+
+    def signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, sig)
+
+    def kill(self) -> None:
+        self.signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait()
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return status.rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # zombies are gone too
+
+
+class SparePool:
+    """`size` warm worker processes, refilled as they are taken."""
+
+    def __init__(self, size: int, log_dir: Path) -> None:
+        self.size, self.log_dir = size, log_dir
+        self._ready: list[subprocess.Popen[bytes]] = []
+        self.fill()
+
+    def fill(self) -> None:
+        self._ready = [p for p in self._ready if p.poll() is None]
+        while len(self._ready) < self.size:
+            self._ready.append(spawn_worker(self.log_dir))
+
+    def take(self) -> subprocess.Popen[bytes]:
+        self._ready = [p for p in self._ready if p.poll() is None]
+        return self._ready.pop(0) if self._ready else spawn_worker(self.log_dir)
+
+    def close(self) -> None:
+        for proc in self._ready:
+            if proc.stdin:
+                proc.stdin.close()  # EOF: the spare exits
+        for proc in self._ready:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        self._ready = []
+
+
+def assign(proc: subprocess.Popen[bytes], job: Assignment) -> RankProcess:
+    assert proc.stdin is not None
+    proc.stdin.write((job.to_json() + "\n").encode())
+    proc.stdin.flush()
+    proc.stdin.close()
+    return RankProcess(proc.pid, proc)

@@ -1,0 +1,308 @@
+"""One rank of a training attempt: DDP over the loader, checkpoints, heartbeats, faults.
+
+Started by the controller (fresh, or as a warm spare that already imported torch) with an
+`Assignment`. Rank 0 hosts this attempt's own rendezvous store on a port the controller picked, so
+no attempt ever reads another's leftovers. On start the rank restores the latest committed
+checkpoint, from its peers' memory when the previous attempt's ranks still hold it, else from
+storage. Exit codes: 0 done, `EXIT_ANOMALY` after a NaN or loss spike (the step is not applied).
+"""
+
+import gc
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from safetensors.torch import save_file
+from torch._C._distributed_c10d import GradBucket
+from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+from torch.nn.parallel import DistributedDataParallel
+
+from shipyard.checkpoint import CheckpointManager, Loaded, Retention, latest_committed
+from shipyard.checkpoint import restore_from_peers as peer_restore
+from shipyard.loader import LoaderSpec, Sampler, Source
+from shipyard.train.config import TrainConfig
+from shipyard.train.faults import FaultState
+from shipyard.train.heartbeat import Sender
+from shipyard.train.model import GPT, next_token_loss
+
+EXIT_ANOMALY = 75
+LINGER_S = 120.0
+AUTO_FIRST_INTERVAL = 10  # steps before the first checkpoint when the interval is automatic
+
+
+@dataclass(frozen=True)
+class Assignment:
+    run_dir: str
+    config: dict[str, Any]
+    data_path: str
+    rank: int
+    world_size: int
+    attempt: int
+    store_port: int
+    heartbeat_port: int
+    peers: list[str] = field(default_factory=list)  # the previous attempt's peer memories
+    skips: list[list[int]] = field(default_factory=list)
+    lr_scale: float = 1.0
+    mtbf_s: float = 3600.0
+    host: str = "127.0.0.1"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Assignment":
+        return cls(**json.loads(text))
+
+
+def checkpoint_root(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def loader_spec(cfg: TrainConfig, data_path: str, skips: list[list[int]]) -> LoaderSpec:
+    return LoaderSpec(
+        sources=(Source("train", data_path),),
+        seq_len=cfg.model.seq_len + 1,
+        global_batch=cfg.data.global_batch,
+        seed=cfg.data.seed,
+        skip=tuple((a, b) for a, b in skips),
+    )
+
+
+class Rank:
+    def __init__(self, job: Assignment) -> None:
+        self.job = job
+        self.cfg = TrainConfig.from_dict(job.config)
+        run_dir = Path(job.run_dir)
+        stacks = run_dir / "stacks" / f"attempt-{job.attempt}-rank-{job.rank}.txt"
+        self.faults = FaultState(job.rank, job.attempt, self.cfg.chaos.faults, stacks)
+        self.beats = Sender(
+            (job.host, job.heartbeat_port),
+            job.rank,
+            job.attempt,
+            os.getpid(),
+            self.cfg.controller.heartbeat_s,
+        )
+        self.step = 0
+        self.collective = (-1, -1)
+        self.stalls: deque[float] = deque(maxlen=8)
+        self.losses: deque[float] = deque(maxlen=32)
+        self._work_start = 0.0
+        self._slept = 0.0
+        # The forward pass's CPU time: local compute, no communication in it, and blind to
+        # co-tenants' scheduling (on a shared CPU host, wall time measures the neighbours).
+        self.work_time = 0.0
+        self.compute_time = 0.0  # the same, less any injected slowdown
+
+    def enter(self, index: int) -> None:
+        """Called as this rank enters a collective: the controller learns who is waiting where."""
+        self.collective = (self.step, index)
+        self.beats.send("enter", collective=self.collective)
+
+    def setup(self) -> None:
+        job, cfg = self.job, self.cfg
+        torch.manual_seed(cfg.train.seed)
+        torch.set_num_threads(1)
+        store = dist.TCPStore(  # type: ignore[attr-defined]
+            job.host,
+            job.store_port,
+            job.world_size,
+            is_master=job.rank == 0,
+            timeout=timedelta(seconds=cfg.controller.startup_timeout_s),
+            wait_for_workers=False,
+        )
+        dist.init_process_group("gloo", store=store, rank=job.rank, world_size=job.world_size)
+        self.model = GPT(cfg.model)
+        self.ddp = DistributedDataParallel(self.model)
+
+        def hook(state: Any, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
+            if self.collective != (self.step, 0):
+                self.enter(0)
+            return allreduce_hook(None, bucket)  # type: ignore[arg-type]
+
+        self.ddp.register_comm_hook(None, hook)
+        self.optim = torch.optim.AdamW(
+            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+        )
+        self.manager = CheckpointManager(
+            checkpoint_root(job.run_dir),
+            retention=Retention(keep_last=cfg.train.keep_checkpoints),
+            config=cfg.to_dict(),
+        )
+        self.sampler = Sampler(loader_spec(cfg, job.data_path, job.skips))
+        loaded = self.restore()
+        if loaded is not None:
+            self.model.load_state_dict(loaded.state["model"])
+            self.optim.load_state_dict(loaded.state["optim"])
+            loaded.restore_rng(job.rank)
+            self.step = loaded.step
+        for group in self.optim.param_groups:
+            group["lr"] = cfg.optim.lr * job.lr_scale
+        if cfg.train.gc_every:
+            gc.disable()  # collected below on every rank at the same step, never mid-collective
+        self.beats.send("ready", step=self.step, fields={"restored_from": self.restored_from})
+
+    def restore(self) -> Loaded | None:
+        stored = latest_committed(checkpoint_root(self.job.run_dir))
+        self.restored_from = "none"
+        if stored is None:
+            return None
+        if self.job.peers:
+            try:
+                loaded = peer_restore(self.job.peers, stored.manifest.step)
+                self.restored_from = "peers"
+                return loaded
+            except Exception as exc:  # any peer trouble: storage has the same bits
+                print(f"peer restore failed, loading from storage: {exc!r}", file=sys.stderr)
+        self.restored_from = "storage"
+        return self.manager.load(stored)
+
+    def interval(self, step_time: float, stall: float) -> int:
+        every = self.cfg.train.checkpoint_every
+        if every:
+            return every
+        if stall <= 0 or step_time <= 0:
+            return AUTO_FIRST_INTERVAL
+        tau = math.sqrt(2 * stall * self.job.mtbf_s)
+        return max(1, min(self.cfg.train.steps, round(tau / step_time)))
+
+    def train(self) -> int:
+        cfg, job = self.cfg, self.job
+        next_save = self.step + self.interval(0, 0)
+        shared = torch.zeros(3, dtype=torch.float64)  # mean of (loss, stall, step time)
+        last_step_time = last_stall = 0.0
+        while self.step < cfg.train.steps:
+            started = time.perf_counter()
+            data_step = self.sampler.spec.data_step(self.step)
+            self.faults.before_step(self.step, data_step)
+            batch = self.sampler.batch(self.step, job.rank, job.world_size)
+            tokens = torch.from_numpy(batch.tokens)
+            data_wait = time.perf_counter() - started
+            self._work_start = time.thread_time()
+            self._slept = self.faults.slow_down(self.compute_time)
+            loss = next_token_loss(self.ddp, tokens)
+            self.work_time = time.thread_time() - self._work_start
+            self.compute_time = self.work_time - self._slept
+            if self.faults.take_poison():
+                loss = loss * float("nan")
+            loss.backward()  # type: ignore[no-untyped-call]
+            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+            grad_norm = float(norm)
+            shared = torch.tensor([float(loss), last_stall, last_step_time], dtype=torch.float64)
+            self.enter(1)
+            dist.all_reduce(shared)
+            shared /= job.world_size
+            global_loss = float(shared[0])
+            if self.anomalous(global_loss):
+                self.report_anomaly(global_loss, data_step)
+                return EXIT_ANOMALY
+            self.optim.step()
+            self.optim.zero_grad(set_to_none=True)
+            self.losses.append(global_loss)
+            self.step += 1
+            stall = 0.0
+            if self.step == next_save or self.step == cfg.train.steps:
+                saving = time.perf_counter()
+                self.manager.save(
+                    self.step,
+                    {"model": self.model.state_dict(), "optim": self.optim.state_dict()},
+                    loader=self.sampler.position(self.step),
+                )
+                stall = time.perf_counter() - saving
+                next_save = self.step + self.interval(float(shared[2]), float(shared[1]))
+            if cfg.train.gc_every and self.step % cfg.train.gc_every == 0:
+                gc.collect()
+            step_time = time.perf_counter() - started
+            last_step_time, last_stall = step_time, stall or last_stall
+            self.beats.send(
+                "step",
+                step=self.step,
+                fields={
+                    "step_time": step_time,
+                    "work_time": self.work_time,
+                    "data_wait": data_wait,
+                    "stall": stall,
+                    "loss": global_loss.hex(),
+                    "grad_norm": grad_norm,
+                    "data_step": data_step,
+                    "committed": self.committed_step(),
+                    "peer": self.manager.peer_addresses[job.rank] if self.manager.peer else "",
+                },
+            )
+        self.finish()
+        return 0
+
+    def anomalous(self, loss: float) -> bool:
+        if not math.isfinite(loss):
+            return True
+        factor = self.cfg.controller.spike_factor
+        if factor and len(self.losses) >= 8:
+            return loss > factor * statistics.median(self.losses)
+        return False
+
+    def report_anomaly(self, loss: float, data_step: int) -> None:
+        anomaly = {"loss": repr(loss), "data_step": data_step, "at_step": self.step}
+        self.beats.send("anomaly", fields=anomaly)
+        if self.job.rank == 0:  # beats may be lost; the controller reads this file too
+            path = Path(self.job.run_dir) / f"anomaly-attempt-{self.job.attempt}.json"
+            path.write_text(json.dumps(anomaly))
+
+    def committed_step(self) -> int:
+        found = self.manager.latest_committed()
+        return found.manifest.step if found else 0
+
+    def finish(self) -> None:
+        self.manager.wait()
+        if self.job.rank == 0:
+            out = Path(self.job.run_dir) / "model"
+            out.mkdir(parents=True, exist_ok=True)
+            state = {k: v.contiguous() for k, v in self.model.state_dict().items()}
+            save_file(state, str(out / "model.safetensors"))
+            (out / "config.json").write_text(json.dumps(asdict(self.cfg.model), indent=2))
+        dist.barrier()
+        self.beats.send("done", step=self.step, fields={"committed": self.committed_step()})
+
+    def close(self) -> None:
+        self.manager.close()
+        dist.destroy_process_group()
+        self.beats.close()
+
+
+def run(job: Assignment) -> int:
+    rank = Rank(job)
+    rank.setup()
+    try:
+        code = rank.train()
+    except RuntimeError as exc:  # a peer died under a collective (gloo raises DistBackendError)
+        rank.beats.send("lost", fields={"error": repr(exc)[:500]})
+        time.sleep(LINGER_S)  # keep serving our peer memory to the next attempt until killed
+        return 1
+    if code == EXIT_ANOMALY:
+        # Leave at once: the peers are leaving too, so a collective shutdown could wait forever.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    rank.close()
+    return code
+
+
+def main() -> None:
+    """`python -m shipyard.train.worker`: the assignment comes as JSON on the first stdin line."""
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    line = sys.stdin.readline()  # a warm spare waits here, torch already imported
+    if not line:
+        sys.exit(0)  # the controller went away before using this spare
+    sys.exit(run(Assignment.from_json(line)))
+
+
+if __name__ == "__main__":
+    main()
