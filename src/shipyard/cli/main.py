@@ -19,6 +19,8 @@ COMMAND_MODULES = [
     "shipyard.cli.distribute",
     "shipyard.cli.data",
     "shipyard.cli.scheduler",
+    "shipyard.cli.checkpoint",
+    "shipyard.cli.train",
 ]
 
 

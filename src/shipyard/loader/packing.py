@@ -37,6 +37,7 @@ class PackedSource:
         self._shard_of = np.repeat(
             np.arange(len(dataset.shards)), [s.num_docs for s in dataset.shards]
         )
+        self._tokens = [shard.tokens for shard in dataset.shards]
         self._start_of = np.concatenate([s.offsets[:-1].astype(np.int64) for s in dataset.shards])
         self._epochs: OrderedDict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = (
             OrderedDict()
@@ -60,10 +61,10 @@ class PackedSource:
         """Write sample `k` into `out` (length `seq_len`); returns where documents start in it."""
         epoch, i = divmod(k, self.per_epoch)
         order, ends = self._epoch(epoch)
-        pos, stop = i * self.seq_len, (i + 1) * self.seq_len
-        j = int(np.searchsorted(ends, pos, side="right"))
+        first = i * self.seq_len
+        pos, stop = first, first + self.seq_len
+        j = int(ends.searchsorted(pos, side="right"))
         doc_starts: list[int] = []
-        shards = self.dataset.shards
         while pos < stop:
             doc = int(order[j])
             doc_end = int(ends[j])
@@ -71,11 +72,11 @@ class PackedSource:
             j += 1
             if doc_begin == doc_end:  # an empty document starts nothing
                 continue
-            take = min(stop, doc_end)
             if pos == doc_begin:
-                doc_starts.append(pos - i * self.seq_len)
+                doc_starts.append(pos - first)
+            take = min(stop, doc_end)
             base = int(self._start_of[doc]) - doc_begin
-            tokens = shards[self._shard_of[doc]].tokens
-            out[pos - i * self.seq_len : take - i * self.seq_len] = tokens[base + pos : base + take]
+            tokens = self._tokens[self._shard_of[doc]]
+            out[pos - first : take - first] = tokens[base + pos : base + take]
             pos = take
         return doc_starts

@@ -43,8 +43,9 @@ class TokenBatches(IterableDataset[dict[str, Any]]):
             yield {
                 "step": step,
                 "tokens": torch.from_numpy(batch.tokens),
-                "sources": torch.from_numpy(batch.sources),
-                "sample_ids": torch.from_numpy(batch.sample_ids),
+                # Small per-sample facts travel as lists: one shared-memory tensor per item.
+                "sources": batch.sources.tolist(),
+                "sample_ids": batch.sample_ids.tolist(),
                 "doc_starts": batch.doc_starts,
             }
             step += workers

@@ -1,0 +1,70 @@
+"""`shipyard checkpoint ls|verify` and `shipyard tokens inspect`.
+
+The checkpoint and loader packages import torch and numpy, so they are imported in the handlers,
+not at start-up: other commands stay fast.
+"""
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    checkpoint = subparsers.add_parser("checkpoint", help="list and verify training checkpoints")
+    commands = checkpoint.add_subparsers(dest="checkpoint_command", required=True, metavar="CMD")
+    ls = commands.add_parser("ls", help="committed checkpoints under ROOT, oldest first")
+    ls.add_argument("root", type=Path)
+    ls.set_defaults(func=_ls)
+    verify = commands.add_parser("verify", help="re-hash every shard of a checkpoint")
+    verify.add_argument("root", type=Path)
+    verify.add_argument("--step", type=int, help="default: the latest committed one")
+    verify.set_defaults(func=_verify)
+
+    tokens = subparsers.add_parser("tokens", help="inspect token-shard datasets")
+    token_commands = tokens.add_subparsers(dest="tokens_command", required=True, metavar="CMD")
+    inspect = token_commands.add_parser("inspect", help="shards, documents, tokens of DIR")
+    inspect.add_argument("directory", type=Path)
+    inspect.add_argument("--verify", action="store_true", help="re-hash every shard")
+    inspect.set_defaults(func=_inspect)
+
+
+def _ls(args: argparse.Namespace) -> int:
+    from shipyard.checkpoint import committed
+
+    for found in committed(args.root):
+        manifest = found.manifest
+        size = sum(s.digest.size for s in manifest.shards)
+        print(f"step {manifest.step:>10}  ranks {manifest.world_size:>3}  {size / 1e6:10.1f} MB")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from shipyard.checkpoint import latest_committed, load_committed
+    from shipyard.checkpoint.manifest import open_committed, step_dir
+    from shipyard.errors import NotFound
+
+    found = (
+        latest_committed(args.root)
+        if args.step is None
+        else open_committed(step_dir(args.root, args.step))
+    )
+    if found is None:
+        raise NotFound(f"no committed checkpoint {args.step or ''} under {args.root}")
+    load_committed(found)  # raises IntegrityError naming the bad shard
+    print(f"step {found.step}: {len(found.manifest.shards)} shards match their SHA-256")
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from shipyard.loader import TokenDataset
+
+    dataset = TokenDataset(args.directory)
+    for shard in dataset.shards:
+        print(f"{shard.stem.name}  {shard.num_docs:>10} docs  {shard.num_tokens:>14} tokens")
+    print(
+        f"{len(dataset.shards)} shards, {dataset.num_docs} documents, {dataset.num_tokens} "
+        f"tokens, vocab {dataset.vocab_size}, fingerprint {dataset.fingerprint[:16]}"
+    )
+    if args.verify:
+        dataset.verify()
+        print("every shard matches its SHA-256")
+    return 0
