@@ -20,7 +20,6 @@ COMMAND_MODULES = [
     "shipyard.cli.data",
     "shipyard.cli.scheduler",
     "shipyard.cli.checkpoint",
-    "shipyard.cli.train",
 ]
 
 
