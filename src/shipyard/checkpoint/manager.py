@@ -19,7 +19,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from shipyard.checkpoint.background import lower_thread_priority
 from shipyard.checkpoint.flatten import flatten
 from shipyard.checkpoint.load import Loaded, load_committed
 from shipyard.checkpoint.manifest import (
@@ -189,7 +188,6 @@ class CheckpointManager:
         return SaveHandle(job).result() if job else None
 
     def _persist(self, job: _Job, slot: int) -> None:
-        lower_thread_priority()
         try:
             job.result = self._write_and_commit(job, slot)
         except BaseException as exc:  # surfaced by SaveHandle.result()

@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 
-from shipyard.checkpoint.background import lower_thread_priority
 from shipyard.checkpoint.load import Loaded, assemble
 from shipyard.checkpoint.manifest import CheckpointManifest
 from shipyard.checkpoint.plan import Piece
@@ -94,7 +93,6 @@ class PeerMemory:
             threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
 
     def _handle(self, conn: socket.socket) -> None:
-        lower_thread_priority()
         with conn:
             try:
                 request, payload = _recv(conn)
