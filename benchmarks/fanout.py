@@ -238,12 +238,12 @@ def kill_quarter(rig: Rig, run: Run, held: dict[str, set[str]], rng: random.Rand
 def origin_only(rig: Rig, hosts: list[Host], url: str, work: Path) -> float:
     """Every host downloads the file straight from the origin over HTTP at the same caps."""
     started = time.monotonic()
-    procs = [
-        rig.spawn(h.ns, ["curl", "-sf", "-o", "/dev/null", url], work / f"{h.name}-curl.log")
-        for h in hosts
-    ]
-    if any(p.wait() != 0 for p in procs):
-        raise SystemExit("origin-only baseline: a download failed")
+    curl = ["curl", "-sSf", "--retry", "5", "--retry-all-errors", "-o", "/dev/null", url]
+    logs = [work / f"{h.name}-curl.log" for h in hosts]
+    procs = [rig.spawn(h.ns, curl, log) for h, log in zip(hosts, logs, strict=True)]
+    failed = [log for proc, log in zip(procs, logs, strict=True) if proc.wait() != 0]
+    if failed:
+        raise SystemExit(f"origin-only baseline: {failed[0].name}: {failed[0].read_text()[-500:]}")
     return time.monotonic() - started
 
 
