@@ -94,15 +94,31 @@ class Policy:
         tried: set[str] = set()
         attempts = cfg.preemption_attempts_per_pass if cfg.preemption else 0
         reserved = False
+        # Smallest request per (team, type) refused by quota in this pass: larger ones are too
+        # (usage only grows during a pass, except by preemption, which clears this).
+        refused: dict[tuple[str, str], int] = {}
         for nominal_only in (True, False) if cfg.borrowing else (True,):
             for job in queue:
                 if job.id in taken or (not nominal_only and job.id in tried):
                     continue
-                fit = state.quota.check(job.team, job.gpu_type, job.gpus)
+                stuck = not attempts and not any(free_total.values())
+                if stuck and (reserved or not cfg.backfill):
+                    return decision  # nothing can start, and nothing is left to reserve
+                key = (job.team, job.gpu_type)
+                if job.gpus >= refused.get(key, job.gpus + 1):
+                    fit = Fit.NONE
+                else:
+                    fit = state.quota.check(job.team, job.gpu_type, job.gpus)
+                    if fit is Fit.NONE:
+                        refused[key] = job.gpus
                 entitled = fit in (Fit.NOMINAL, Fit.RECLAIM)
-                if fit is Fit.NONE and nominal_only and self._waits_for_quota(state, job):
-                    pass  # blocked like a job that does not fit the nodes: it may reserve
-                elif fit is Fit.NONE or (nominal_only and not entitled):
+                if fit is Fit.NONE:
+                    # A job within its nominal, waiting for its team's own jobs to end, is
+                    # blocked like one that does not fit the nodes: it may take the reservation.
+                    may_block = cfg.strict or (cfg.backfill and not reserved)
+                    if not (nominal_only and may_block and self._waits_for_quota(state, job)):
+                        continue
+                elif nominal_only and not entitled:
                     continue
                 if fit is Fit.BORROW and not self._may_borrow(job):
                     continue
@@ -118,6 +134,7 @@ class Policy:
                     run = self._try_preempt(state, job, tier, now, decision)
                     if run is not None:
                         free_total[job.gpu_type] = state.free_gpus(job.gpu_type)
+                        refused.clear()
                 if run is not None:
                     taken.add(job.id)
                     decision.admitted.append(run)
@@ -131,8 +148,6 @@ class Policy:
 
     @staticmethod
     def _waits_for_quota(state: ClusterState, job: Job) -> bool:
-        # Within nominal once the team's own running jobs end: it must not be starved by
-        # smaller jobs slipping past, so it is treated as blocked (and may hold the reservation).
         return job.gpus <= state.quota.nominal(job.team, job.gpu_type)
 
     def _may_borrow(self, job: Job) -> bool:

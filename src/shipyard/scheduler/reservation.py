@@ -1,8 +1,8 @@
 """Reservations for a blocked gang: when and where it could start if nothing else started.
 
 Running jobs are assumed to run to their declared time limit (the only duration the policy
-sees). Releasing them in order of expected end only ever frees GPUs, so "can the job be placed
-once the first m jobs have ended" is monotone in m and a binary search finds the earliest m.
+sees). They are released in order of expected end; the first moment the job can be placed on the
+freed GPUs is the shadow time, and the nodes it would get there are reserved.
 """
 
 from dataclasses import dataclass
@@ -24,29 +24,23 @@ class Reservation:
 
 def reserve(state: ClusterState, job: Job, now: float) -> Reservation | None:
     """The earliest reservation for `job`, or None if it cannot fit even on an empty cluster."""
+    alloc = state.place(job)
+    if alloc is not None:
+        return Reservation(job.id, now, frozenset(alloc))
     releases = sorted(
-        ((run.expected_end, run.alloc) for run in state.running.values()),
-        key=lambda item: item[0],
+        [(run.start + run.job.time_limit, id(run), run.alloc) for run in state.running.values()]
     )
-
-    def placed_after(count: int) -> Allocation | None:
-        free = list(state.free)
-        for _, alloc in releases[:count]:
-            for i, gpus in alloc.items():
-                free[i] += gpus
-        return state.place(job, free)
-
-    final = placed_after(len(releases))
-    if final is None:
-        return None
-    lo, hi = 0, len(releases)
-    found = final
-    while lo < hi:
-        mid = (lo + hi) // 2
-        alloc = placed_after(mid)
-        if alloc is None:
-            lo = mid + 1
-        else:
-            hi, found = mid, alloc
-    start = max(now, releases[lo - 1][0]) if lo > 0 else now
-    return Reservation(job.id, start, frozenset(found))
+    capacity = max((n.gpus for n in state.nodes), default=0)
+    need = job.gpus_per_node or min(job.gpus, capacity)
+    free = list(state.free)
+    for end, _, freed in releases:
+        crossed = False
+        for i, gpus in freed.items():
+            free[i] += gpus
+            crossed = crossed or free[i] >= need
+        # Feasibility can only change when some node reaches the per-node amount the job needs.
+        if crossed:
+            alloc = state.place(job, free)
+            if alloc is not None:
+                return Reservation(job.id, max(now, end), frozenset(alloc))
+    return None
