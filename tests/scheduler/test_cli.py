@@ -95,6 +95,14 @@ def test_submit_status_cancel(server: str, tmp_path: Path, shipyard_home: Path) 
     assert cancelled.stdout.split() == [sleeper, "cancelling"]
     wait_for(lambda: call(f"{server}/jobs/{sleeper}")[1]["state"] == "cancelled")
     listing = shipyard("job", "status").stdout
+    # A drained node takes no new work: a 2 × 4 gang now waits.
+    assert call(f"{server}/nodes/n1/state", "POST", {"state": "drained"})[0] == 200
+    spec = {"team": "a", "gpus": 8, "gpus_per_node": 4, "time_limit": 60, "command": ["true"]}
+    waiting = call(f"{server}/jobs", "POST", spec)[1]["id"]
+    time.sleep(1.0)  # several passes
+    assert call(f"{server}/jobs/{waiting}")[1]["state"] == "queued"
+    assert call(f"{server}/status")[1]["nodes"] == {"n0": "up", "n1": "drained"}
+    assert call(f"{server}/nodes/n1/state", "POST", {"state": "broken"})[0] == 400
     assert f"{job_id}  done" in listing and f"{sleeper}  cancelled" in listing
 
 

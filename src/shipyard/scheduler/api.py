@@ -5,7 +5,8 @@ GET    /jobs[?state=S]          every job (or those in state S)
 GET    /jobs/ID                 one job
 DELETE /jobs/ID                 cancel
 POST   /jobs/ID/utilization     an interactive job's "I am busy" report (resets the reaper)
-GET    /status                  free GPUs, largest gang per shape, usage per team
+POST   /nodes/NAME/state        {"state": "up" | "drained" | "quarantined"}
+GET    /status                  free GPUs, largest gang per shape, nodes, usage, chargeback
 """
 
 import json
@@ -60,6 +61,13 @@ def make_server(
             except ValueError as exc:
                 self._reply(400, {"error": f"bad request: {exc}"})
 
+        def _body(self) -> dict[str, Any]:
+            length = int(self.headers.get("Content-Length", "0"))
+            body = json.loads(self.rfile.read(length) or b"{}")
+            if not isinstance(body, dict):
+                raise InvalidInput("request body: expected a JSON object")
+            return body
+
         def _route(self, method: str, parts: list[str], query: dict[str, list[str]]) -> Any:
             store = service.store
             if parts == ["status"] and method == "GET":
@@ -68,17 +76,18 @@ def make_server(
             if parts == ["jobs"] and method == "GET":
                 return store.list(*query.get("state", []))
             if parts == ["jobs"] and method == "POST":
-                length = int(self.headers.get("Content-Length", "0"))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                if not isinstance(body, dict):
-                    raise InvalidInput("submit: expected a JSON object")
-                job, command = job_from_request(body)
+                job, command = job_from_request(self._body())
                 service.state.quota.quota(job.team)  # unknown teams are refused at the door
                 return {"id": store.submit(job, command)}
             if len(parts) == 2 and parts[0] == "jobs" and method == "GET":
                 return store.get(parts[1])
             if len(parts) == 2 and parts[0] == "jobs" and method == "DELETE":
                 return {"id": parts[1], "state": store.cancel(parts[1])}
+            if len(parts) == 3 and parts[0] == "nodes" and parts[2] == "state" and method == "POST":
+                wanted = self._body().get("state")
+                with lock:
+                    service.state.set_node_state(parts[1], str(wanted))
+                return {"node": parts[1], "state": wanted}
             if len(parts) == 3 and parts[2] == "utilization" and method == "POST":
                 store.get(parts[1])
                 with lock:

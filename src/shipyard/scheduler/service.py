@@ -145,6 +145,9 @@ class Service:
             )
         return {
             "free_gpus": sum(self.state.free),
+            "nodes": {
+                n.name: s for n, s in zip(self.state.nodes, self.state.node_state, strict=True)
+            },
             "largest_gang": shapes,
             "running": sorted(self.state.running),
             "queued": len(self.queue),
