@@ -2,8 +2,9 @@
 
 Reads only the key columns of each file's committed output, and texts only for documents that
 share an LSH component. Produces, per input file, the dedup columns joined into the annotated
-table: `keep_url`, `keep_exact` (first of its normalized-content hash), `dup_cluster` (number of
-the cluster's representative) and `keep_minhash` (this document represents its cluster).
+table: `keep_url`, `keep_exact` (first of its normalized-content hash), `dup_cluster` (number
+of the cluster's representative; exact copies join their original's cluster) and
+`keep_minhash` (this document represents its cluster).
 """
 
 import hashlib
@@ -31,11 +32,23 @@ class DedupStats:
     near_duplicates: int
 
 
-def _first_occurrence(values: np.ndarray) -> np.ndarray:
-    keep = np.zeros(len(values), dtype=bool)
-    if len(values):
-        keep[np.unique(values, return_index=True)[1]] = True
-    return keep
+def _first_of(values: np.ndarray) -> I64:
+    """For each position, the first position holding the same value."""
+    if not len(values):
+        return np.zeros(0, np.int64)
+    _, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+    return first[inverse].astype(np.int64)
+
+
+def _canonical(first_url: I64, first_content: I64) -> I64:
+    """Each document's earliest URL-and-content original (itself when it is one): first
+    occurrences only point backwards, so following them ends at a document that is both."""
+    canonical = np.minimum(first_url, first_content)
+    while True:
+        nxt = np.minimum(first_url[canonical], first_content[canonical])
+        if np.array_equal(nxt, canonical):
+            return canonical
+        canonical = nxt
 
 
 def _url_hash(url: str) -> int:
@@ -55,8 +68,9 @@ def dedup_files(
         [h for p in parts for h in p.column("content_hash").to_pylist()], dtype=np.int64
     )
     urls = np.array([_url_hash(u) for p in parts for u in p.column("url").to_pylist()], np.uint64)
-    keep_url = _first_occurrence(urls)
-    keep_exact = _first_occurrence(content)
+    first_url, first_content = _first_of(urls), _first_of(content)
+    keep_url = first_url == np.arange(n)
+    keep_exact = first_content == np.arange(n)
     alive = keep_exact & keep_url
     raw = b"".join(b for p in parts for b in p.column("band_keys").to_pylist())
     keys = np.frombuffer(raw, dtype=np.uint64).reshape(n, config.bands)
@@ -76,6 +90,7 @@ def dedup_files(
         return found
 
     reps = cluster_all(labels, alive, texts_for, config.ngram, config.threshold, config.partitions)
+    reps = reps[_canonical(first_url, first_content)]  # exact copies join their original's cluster
     keep_minhash = reps == np.arange(n)
     tables = []
     for index in range(len(files)):
