@@ -14,6 +14,7 @@ import numpy as np
 from safetensors.numpy import save_file
 
 from shipyard.cli.alias import render_lineage
+from shipyard.data.demo import crawl_to_tokens
 from shipyard.distribute.local import pull_to_local_peers
 from shipyard.errors import IntegrityError
 from shipyard.workspace import Workspace
@@ -64,7 +65,8 @@ def _demo(args: argparse.Namespace) -> int:
         make_model(work / "model", args.seed)
         dataset = ws.put(work / "dataset", "dataset", name="demo-dataset")
         print(f"dataset   {dataset.id}  ({dataset.size:,} bytes)")
-        model = ws.put(work / "model", "model", inputs=[dataset.id], piece_size=1 << 20)
+        tokens = crawl_to_tokens(ws)  # the bundled crawl excerpt → token shards, when present
+        model = ws.put(work / "model", "model", inputs=[dataset.id, *tokens], piece_size=1 << 20)
         print(f"model     {model.id}  ({model.size:,} bytes, {model.file_count} files)")
         ws.move_alias(DEMO_ALIAS, model.id)
         print(f"alias     {DEMO_ALIAS} → {model.id[:16]}")
