@@ -103,4 +103,6 @@ def test_bad_jobs_are_rejected() -> None:
     with pytest.raises(InvalidInput, match="gpus_per_node 3 must"):
         Job("j", "a", 8, 10.0, gpus_per_node=3)
     with pytest.raises(InvalidInput, match="priority 'urgent' unknown"):
-        Job("j", "a", 1, 10.0, priority="urgent")
+        PolicyConfig().tier_of(Job("j", "a", 1, 10.0, priority="urgent"))
+    with pytest.raises(InvalidInput, match="class 'vip' maps to 'boss'"):
+        PolicyConfig(priority_classes={"vip": "boss"})

@@ -155,3 +155,17 @@ def test_no_preemption_loops_in_simulation() -> None:
     assert max(r.preemptions for r in records) <= 2
     assert sum(r.preemptions for r in records) > 0, "the workload should exercise reclaim"
     assert all(r.finish >= r.submit + r.duration for r in records if r.finish is not None)
+
+
+def test_configured_priority_class_preempts_lower_tier() -> None:
+    # The production reserve is quota the team holds beyond what its one node can carry.
+    state = ClusterState(nodes(1), [TeamQuota("a", {"gpu": 16})])
+    own = job("own", gpus=8, preemptible=True)
+    state.admit(Running(own, {0: 8}, Tier.GUARANTEED, start=0.0))
+    classes = {"urgent": "production", "normal": "guaranteed"}
+    policy = Policy(PolicyConfig(priority_classes=classes))
+    queue = JobQueue(policy.config)
+    queue.add(job("fire", gpus=8, priority="urgent"))
+    decision = policy.schedule(state, queue, now=1.0)
+    assert [(v.job.id, by) for v, by in decision.preempted] == [("own", "fire")]
+    assert decision.admitted[0].tier == Tier.PRODUCTION

@@ -130,3 +130,9 @@ def test_idle_interactive_job_is_warned_then_reclaimed(tmp_path: Path) -> None:
         assert (tmp_path / "nb.term").read_text() == "term"
     finally:
         svc.backend.shutdown()
+
+
+def test_unknown_priority_class_is_refused(service: Service, tmp_path: Path) -> None:
+    job_id = submit(service, tmp_path, "odd", "a", 1, "quick", priority="urgent")
+    until(service, lambda: service.store.get(job_id)["state"] == "failed")
+    assert "priority 'urgent' unknown" in service.store.get(job_id)["message"]

@@ -78,6 +78,7 @@ def make_server(
             if parts == ["jobs"] and method == "POST":
                 job, command = job_from_request(self._body())
                 service.state.quota.quota(job.team)  # unknown teams are refused at the door
+                service.config.policy.tier_of(job)  # and so are unknown priority classes
                 return {"id": store.submit(job, command)}
             if len(parts) == 2 and parts[0] == "jobs" and method == "GET":
                 return store.get(parts[1])

@@ -20,13 +20,14 @@ class Tier(enum.IntEnum):
     SCAVENGER = 4
 
 
-# The priority classes a job may declare, mapped to the tier it gets when admitted within its
-# team's nominal quota. A `normal` job admitted beyond nominal runs as BORROWED instead.
-PRIORITY_CLASSES: dict[str, Tier] = {
-    "production": Tier.PRODUCTION,
-    "normal": Tier.GUARANTEED,
-    "interactive": Tier.INTERACTIVE,
-    "scavenger": Tier.SCAVENGER,
+# The default priority classes a job may declare (the policy config may replace them), mapped to
+# the tier a job gets when admitted within its team's nominal quota; beyond nominal a job runs as
+# BORROWED (or lower) instead.
+PRIORITY_CLASSES: dict[str, str] = {
+    "production": "production",
+    "normal": "guaranteed",
+    "interactive": "interactive",
+    "scavenger": "scavenger",
 }
 
 TOPOLOGY_MODES = ("any", "prefer-leaf", "require-leaf", "prefer-block", "require-block")
@@ -68,10 +69,6 @@ class Job:
     def __post_init__(self) -> None:
         validate_job(self)
 
-    @property
-    def tier(self) -> Tier:
-        return PRIORITY_CLASSES[self.priority]
-
 
 def validate_job(job: Job) -> None:
     where = f"job {job.id!r}"
@@ -85,9 +82,6 @@ def validate_job(job: Job) -> None:
         )
     if job.time_limit <= 0:
         raise InvalidInput(f"{where}: time_limit must be > 0 seconds, got {job.time_limit}")
-    if job.priority not in PRIORITY_CLASSES:
-        allowed = ", ".join(PRIORITY_CLASSES)
-        raise InvalidInput(f"{where}: priority {job.priority!r} unknown (allowed: {allowed})")
     if job.topology not in TOPOLOGY_MODES:
         allowed = ", ".join(TOPOLOGY_MODES)
         raise InvalidInput(f"{where}: topology {job.topology!r} unknown (allowed: {allowed})")

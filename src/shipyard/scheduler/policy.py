@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from shipyard.errors import InvalidInput
 from shipyard.scheduler.cluster import ClusterState
-from shipyard.scheduler.model import Job, Running, Tier
+from shipyard.scheduler.model import PRIORITY_CLASSES, Job, Running, Tier
 from shipyard.scheduler.preemption import choose_victims
 from shipyard.scheduler.quota import Fit
 from shipyard.scheduler.reservation import Reservation, reserve
@@ -34,13 +34,28 @@ class PolicyConfig:
     preemption_window: float = 600.0
     max_preemptions_per_job: int = 2
     preemption_attempts_per_pass: int = 4
+    # priority class → tier name (production, guaranteed, interactive, scavenger)
+    priority_classes: dict[str, str] = field(default_factory=lambda: dict(PRIORITY_CLASSES))
 
     def __post_init__(self) -> None:
+        tiers = ("production", "guaranteed", "interactive", "scavenger")
+        for name, tier in self.priority_classes.items():
+            if tier not in tiers:
+                known = ", ".join(tiers)
+                raise InvalidInput(f"policy: class {name!r} maps to {tier!r} (allowed: {known})")
         if self.order not in ORDERS:
             allowed = ", ".join(ORDERS)
             raise InvalidInput(f"policy order {self.order!r} unknown (allowed: {allowed})")
         if self.preemption_budget < 0 or self.max_preemptions_per_job < 0:
             raise InvalidInput("policy: preemption limits must be ≥ 0")
+
+    def tier_of(self, job: Job) -> Tier:
+        """The tier a job's priority class gives it within its team's nominal quota."""
+        tier = self.priority_classes.get(job.priority)
+        if tier is None:
+            allowed = ", ".join(self.priority_classes)
+            raise InvalidInput(f"job {job.id!r}: priority {job.priority!r} unknown ({allowed})")
+        return Tier[tier.upper()]
 
 
 @dataclass
@@ -59,9 +74,10 @@ class JobQueue:
         self._seq = 0
 
     def key(self, job: Job) -> tuple[float, ...]:
+        tier = self._config.tier_of(job)
         if self._config.order == "fifo":
-            return (job.tier, job.submit_time)
-        return (job.tier, job.time_limit, job.submit_time)
+            return (tier, job.submit_time)
+        return (tier, job.time_limit, job.submit_time)
 
     def add(self, job: Job) -> None:
         self._seq += 1
@@ -122,14 +138,15 @@ class Policy:
                     continue
                 if fit is Fit.BORROW and not self._may_borrow(job):
                     continue
-                tier = job.tier if entitled else max(job.tier, Tier.BORROWED)
+                declared = cfg.tier_of(job)
+                tier = declared if entitled else max(declared, Tier.BORROWED)
                 if nominal_only:
                     tried.add(job.id)  # placement only gets harder within a pass
                 run = None
                 if fit in (Fit.NOMINAL, Fit.BORROW):
                     reservation = decision.reservation
                     run = self._try_place(state, job, tier, now, reservation, failed, free_total)
-                if run is None and entitled and attempts > 0 and job.tier <= Tier.GUARANTEED:
+                if run is None and entitled and attempts > 0 and declared <= Tier.GUARANTEED:
                     attempts -= 1
                     run = self._try_preempt(state, job, tier, now, decision)
                     if run is not None:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from shipyard.errors import InvalidInput
 from shipyard.scheduler.backend import Backend
 from shipyard.scheduler.cluster import ClusterState
 from shipyard.scheduler.config import ClusterConfig
@@ -64,8 +65,7 @@ class Service:
         self._queued -= gone
         for row in rows:
             if row["id"] not in self._queued and row["id"] not in self.state.running:
-                self.queue.add(Job(**row["spec"]))
-                self._queued.add(row["id"])
+                self._enqueue(row, now)
         decision = self.policy.schedule(self.state, self.queue, now)
         for victim, by in decision.preempted:
             self._charge(victim, now)
@@ -78,6 +78,17 @@ class Service:
         self.queue.remove({run.job.id for run in decision.admitted})
         self._queued -= {run.job.id for run in decision.admitted}
         self._launch_ready(now)
+
+    def _enqueue(self, row: dict[str, Any], now: float) -> None:
+        try:
+            job = Job(**row["spec"])
+            self.config.policy.tier_of(job)
+            self.state.quota.quota(job.team)
+        except (InvalidInput, TypeError) as exc:  # written by a CLI that cannot see our config
+            self.store.update(row["id"], state="failed", finished=now, message=f"refused: {exc}")
+            return
+        self.queue.add(job)
+        self._queued.add(row["id"])
 
     def _launch_ready(self, now: float) -> None:
         for job_id, pending in list(self._pending.items()):
