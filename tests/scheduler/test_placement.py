@@ -106,3 +106,10 @@ def test_bad_jobs_are_rejected() -> None:
         PolicyConfig().tier_of(Job("j", "a", 1, 10.0, priority="urgent"))
     with pytest.raises(InvalidInput, match="class 'vip' maps to 'boss'"):
         PolicyConfig(priority_classes={"vip": "boss"})
+
+
+def test_bad_nodes_and_quotas_are_rejected() -> None:
+    with pytest.raises(InvalidInput, match="node 'n9': needs a name and gpus ≥ 1"):
+        Node("n9", 0)
+    with pytest.raises(InvalidInput, match=r"nominal\[gpu\] must be an int"):
+        TeamQuota("a", {"gpu": "lots"})  # type: ignore[dict-item]

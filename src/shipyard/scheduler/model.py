@@ -44,6 +44,10 @@ class Node:
     block: str = ""
     pool: str = "default"
 
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise InvalidInput(f"node {self.name!r}: needs a name and gpus ≥ 1, got {self.gpus!r}")
+
 
 @dataclass
 class Job:

@@ -36,8 +36,8 @@ class TeamQuota:
             ("lending_limit", self.lending_limit),
         ):
             for gpu_type, value in table.items():
-                if value < 0:
-                    raise InvalidInput(f"team {self.team!r}: {name}[{gpu_type}] must be ≥ 0")
+                if not isinstance(value, int) or value < 0:
+                    raise InvalidInput(f"team {self.team!r}: {name}[{gpu_type}] must be an int ≥ 0")
         for gpu_type, value in self.lending_limit.items():
             if value > self.nominal.get(gpu_type, 0):
                 raise InvalidInput(
