@@ -6,8 +6,9 @@ checkpoint, checksums verified, any world size) or `restore_from_peers()`. `late
 never returns a torn checkpoint.
 """
 
+from shipyard.checkpoint.handle import SaveHandle
 from shipyard.checkpoint.load import Loaded, load_committed
-from shipyard.checkpoint.manager import CheckpointManager, SaveHandle
+from shipyard.checkpoint.manager import CheckpointManager
 from shipyard.checkpoint.manifest import CheckpointManifest, Committed, committed, latest_committed
 from shipyard.checkpoint.peer import PeerMemory, restore_from_peers
 from shipyard.checkpoint.publish import Publish

@@ -11,7 +11,6 @@ the snapshot is a copy, so steps taken after `save` returns never leak into it.
 import hashlib
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -20,8 +19,10 @@ import torch
 import torch.distributed as dist
 
 from shipyard.checkpoint.flatten import flatten
+from shipyard.checkpoint.handle import SaveHandle, SaveJob
 from shipyard.checkpoint.load import Loaded, load_committed
 from shipyard.checkpoint.manifest import (
+    MANIFEST,
     CheckpointManifest,
     Committed,
     ShardRecord,
@@ -41,48 +42,6 @@ from shipyard.errors import InvalidInput, NotFound, StorageError
 from shipyard.hashing import canonical_json
 from shipyard.loader.durable import fsync_dir
 from shipyard.provenance import code_version
-
-
-@dataclass
-class _Job:
-    step: int
-    skeleton: dict[str, Any]
-    pieces: list[Piece]
-    mine: list[tuple[Piece, torch.Tensor]]
-    rng: dict[str, Any]
-    loader: dict[str, Any] | None
-    metadata: dict[str, Any]
-    tensors: list[Any]
-    done: threading.Event = field(default_factory=threading.Event)
-    result: Committed | None = None
-    error: BaseException | None = None
-    artifact_id: str | None = None
-
-
-class SaveHandle:
-    """A save in progress: `result()` waits for its commit and returns it (or raises)."""
-
-    def __init__(self, job: _Job) -> None:
-        self._job = job
-
-    @property
-    def step(self) -> int:
-        return self._job.step
-
-    def done(self) -> bool:
-        return self._job.done.is_set()
-
-    def result(self) -> Committed:
-        self._job.done.wait()
-        if self._job.error is not None:
-            raise self._job.error
-        assert self._job.result is not None
-        return self._job.result
-
-    @property
-    def artifact_id(self) -> str | None:
-        self.result()
-        return self._job.artifact_id
 
 
 class CheckpointManager:
@@ -122,7 +81,7 @@ class CheckpointManager:
         self.peer_addresses: list[str] = []
         if self.peer is not None:
             self.peer_addresses = self._all_gather(self.peer.address)
-        self._job: _Job | None = None
+        self._job: SaveJob | None = None
         self._thread: threading.Thread | None = None
         self._plans: dict[tuple[Any, ...], list[Piece]] = {}
         # Two sets of snapshot buffers: one may hold the committed snapshot peers can ask for.
@@ -168,7 +127,9 @@ class CheckpointManager:
             mine.append((piece, buffer))
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        job = _Job(step, skeleton, pieces, mine, capture_rng(), loader, dict(metadata or {}), metas)
+        job = SaveJob(
+            step, skeleton, pieces, mine, capture_rng(), loader, dict(metadata or {}), metas
+        )
         self._job = job
         self._thread = threading.Thread(
             target=self._persist, args=(job, slot), name=f"checkpoint-{step}", daemon=True
@@ -187,7 +148,7 @@ class CheckpointManager:
         job, self._job = self._job, None
         return SaveHandle(job).result() if job else None
 
-    def _persist(self, job: _Job, slot: int) -> None:
+    def _persist(self, job: SaveJob, slot: int) -> None:
         try:
             job.result = self._write_and_commit(job, slot)
         except BaseException as exc:  # surfaced by SaveHandle.result()
@@ -195,22 +156,26 @@ class CheckpointManager:
         finally:
             job.done.set()
 
-    def _write_and_commit(self, job: _Job, slot: int) -> Committed:
+    def _write_and_commit(self, job: SaveJob, slot: int) -> Committed:
         directory = step_dir(self.root, job.step)
-        if self.rank == 0:  # a re-save of a step: uncommit the old one before any shard changes
-            directory.mkdir(exist_ok=True)
-            (directory / "manifest.json").unlink(missing_ok=True)
-            fsync_dir(directory)
-        self._barrier()
         record, error = None, None
         try:
-            name = shard_name(self.rank, self.world_size)
-            digest = write_safetensors(directory / name, [(p.key, b) for p, b in job.mine])
-            record = ShardRecord(name, self.rank, digest)
-            self._hold_and_push(job)
+            if self.rank == 0:  # a re-save of a step: uncommit the old one before shards change
+                directory.mkdir(exist_ok=True)
+                (directory / MANIFEST).unlink(missing_ok=True)
+                fsync_dir(directory)
+        except Exception as exc:
+            error = f"rank 0: {exc!r}"
+        self._barrier()  # every failure below is reported through the gather, never a hang
+        try:
+            if error is None:
+                name = shard_name(self.rank, self.world_size)
+                digest = write_safetensors(directory / name, [(p.key, b) for p, b in job.mine])
+                record = ShardRecord(name, self.rank, digest)
+                self._hold_and_push(job)
         except Exception as exc:
             error = f"rank {self.rank}: {exc!r}"
-        reports = self._gather((record, job.rng, error))
+        reports = self._all_gather((record, job.rng, error))
         outcome: tuple[bytes | None, str | None] = (None, None)
         if self.rank == 0:
             outcome = self._commit(job, directory, reports)
@@ -224,7 +189,7 @@ class CheckpointManager:
             self.peer.drop_before(job.step)
         return Committed(directory, manifest)
 
-    def _hold_and_push(self, job: _Job) -> None:
+    def _hold_and_push(self, job: SaveJob) -> None:
         if self.peer is None:
             return
         views = [raw_bytes(b) for _, b in job.mine]
@@ -234,7 +199,7 @@ class CheckpointManager:
             push(successor, job.step, self.rank, views)
 
     def _commit(
-        self, job: _Job, directory: Path, reports: list[Any]
+        self, job: SaveJob, directory: Path, reports: list[Any]
     ) -> tuple[bytes | None, str | None]:
         errors = [error for _, _, error in reports if error]
         if errors:
@@ -244,7 +209,7 @@ class CheckpointManager:
                 step=job.step,
                 world_size=self.world_size,
                 shards=[record for record, _, _ in reports],
-                tensors=job.tensors,
+                tensors=job.metas,
                 pieces=job.pieces,
                 skeleton=job.skeleton,
                 rng=[rng for _, rng, _ in reports],
@@ -274,9 +239,6 @@ class CheckpointManager:
         out: list[Any] = [None] * self.world_size
         dist.all_gather_object(out, value, group=self._group)
         return out
-
-    def _gather(self, value: Any) -> list[Any]:
-        return self._all_gather(value)
 
     def _broadcast(self, value: Any) -> Any:
         if self._group is None:
