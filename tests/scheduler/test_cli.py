@@ -103,6 +103,11 @@ def test_submit_status_cancel(server: str, tmp_path: Path, shipyard_home: Path) 
     assert call(f"{server}/jobs/{waiting}")[1]["state"] == "queued"
     assert call(f"{server}/status")[1]["nodes"] == {"n0": "up", "n1": "drained"}
     assert call(f"{server}/nodes/n1/state", "POST", {"state": "broken"})[0] == 400
+    with urllib.request.urlopen(f"{server}/metrics", timeout=10) as response:
+        metrics = response.read().decode()
+    assert 'shipyard_scheduler_events_total{event="done"} 1' in metrics
+    assert 'shipyard_scheduler_events_total{event="cancelled"} 1' in metrics
+    assert "shipyard_scheduler_queued_jobs 1" in metrics
     assert f"{job_id}  done" in listing and f"{sleeper}  cancelled" in listing
 
 

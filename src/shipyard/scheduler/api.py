@@ -6,6 +6,7 @@ GET    /jobs/ID                 one job
 DELETE /jobs/ID                 cancel
 POST   /jobs/ID/utilization     an interactive job's "I am busy" report (resets the reaper)
 POST   /nodes/NAME/state        {"state": "up" | "drained" | "quarantined"}
+GET    /metrics                 Prometheus text: free GPUs, queue, events, GPU-seconds by team
 GET    /status                  free GPUs, largest gang per shape, nodes, usage, chargeback
 """
 
@@ -51,6 +52,15 @@ def make_server(
 
         def _handle(self, method: str) -> None:
             url = urlparse(self.path)
+            if url.path == "/metrics" and method == "GET":
+                with lock:
+                    data = service.metrics().encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             parts = [p for p in url.path.split("/") if p]
             try:
                 self._reply(200, self._route(method, parts, parse_qs(url.query)))

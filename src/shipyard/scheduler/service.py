@@ -6,10 +6,13 @@ A preemptor is launched only after its victims' processes have exited (SIGTERM, 
 the end of their grace), so two jobs never share a GPU id.
 """
 
+import collections
+import json
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from shipyard.errors import InvalidInput
 from shipyard.scheduler.backend import Backend
@@ -41,6 +44,8 @@ class Service:
     _reports: dict[str, float] = field(default_factory=dict)  # last utilization report
     _warned: set[str] = field(default_factory=set)
     charged: dict[str, float] = field(default_factory=dict)  # "team/tier" → GPU-seconds held
+    counts: collections.Counter[str] = field(default_factory=collections.Counter)
+    log: TextIO = sys.stderr  # one JSON object per decision (structured log)
 
     def __post_init__(self) -> None:
         self.state = ClusterState(self.config.nodes, self.config.teams)
@@ -71,10 +76,13 @@ class Service:
             self._charge(victim, now)
             victim.job.preemptions += 1
             self.store.update(victim.job.id, spec=asdict(victim.job))
+            self._event("preempt", victim.job.id, by=by, lost_gpu_seconds=victim.lost_work(now))
             self._stop(victim.job.id, victim.job.grace, now, "queued", f"preempted by {by}")
         for run in decision.admitted:
             victims = [v.job.id for v, by in decision.preempted if by == run.job.id]
             self._pending[run.job.id] = _Pending(run, victims)
+            nodes = {self.state.nodes[i].name: k for i, k in run.alloc.items()}
+            self._event("admit", run.job.id, tier=run.tier.name.lower(), nodes=nodes)
         self.queue.remove({run.job.id for run in decision.admitted})
         self._queued -= {run.job.id for run in decision.admitted}
         self._launch_ready(now)
@@ -138,6 +146,29 @@ class Service:
             return
         state = then or ("done" if code == 0 else "failed")
         self.store.update(job_id, state=state, finished=now, exit_code=code)
+        self._event(state, job_id, exit_code=code)
+
+    def _event(self, kind: str, job_id: str, **fields: Any) -> None:
+        self.counts[kind] += 1
+        record = {"at": round(self.clock(), 3), "event": kind, "job": job_id, **fields}
+        print(json.dumps(record), file=self.log, flush=True)
+
+    def metrics(self) -> str:
+        """Prometheus text exposition of the service's gauges and counters."""
+        lines = [
+            f"shipyard_scheduler_free_gpus {sum(self.state.free)}",
+            f"shipyard_scheduler_queued_jobs {len(self.queue)}",
+            f"shipyard_scheduler_running_jobs {len(self.state.running)}",
+        ]
+        for kind, count in sorted(self.counts.items()):
+            lines.append(f'shipyard_scheduler_events_total{{event="{kind}"}} {count}')
+        for key, seconds in sorted(self.charged.items()):
+            team, tier = key.split("/")
+            lines.append(
+                f'shipyard_scheduler_allocated_gpu_seconds_total{{team="{team}",tier="{tier}"}}'
+                f" {seconds:.1f}"
+            )
+        return "\n".join(lines) + "\n"
 
     def _charge(self, run: Running, now: float) -> None:
         # Chargeback: GPU-seconds held from launch to exit, per team and tier.
