@@ -9,7 +9,7 @@ import torch
 from tests.checkpoint.conftest import state_hash, trained_state
 
 from shipyard.checkpoint import CheckpointManager, Publish, Retention, committed, latest_committed
-from shipyard.errors import IntegrityError
+from shipyard.errors import IntegrityError, InvalidInput, StorageError
 from shipyard.workspace import Workspace
 
 
@@ -116,3 +116,16 @@ def test_checkpoint_is_an_artifact_with_lineage(
     workspace.get(artifact_id, restored)
     assert latest_committed(tmp_path / "ckpt") is not None
     assert (restored / "manifest.json").is_file()
+
+
+def test_failed_save_is_reported_and_leaves_the_last_commit(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, peer_memory=False)
+    manager.save(1, {"w": torch.ones(3)}, blocking=True)
+    (tmp_path / "step-0000000002").write_text("in the way")  # the directory cannot be made
+    handle = manager.save(2, {"w": torch.zeros(3)})
+    with pytest.raises(StorageError, match="not committed"):
+        handle.result()
+    with pytest.raises(InvalidInput, match="unsupported type"):
+        manager.save(3, {"w": object()})
+    assert latest_committed(tmp_path).step == 1  # type: ignore[union-attr]
+    assert manager.load().state["w"].tolist() == [1.0, 1.0, 1.0]

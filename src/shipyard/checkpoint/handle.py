@@ -24,6 +24,7 @@ class SaveJob:
     result: Committed | None = None
     error: BaseException | None = None
     artifact_id: str | None = None
+    reported: bool = False  # the error reached the trainer; a later wait() need not raise it
 
 
 class SaveHandle:
@@ -42,6 +43,7 @@ class SaveHandle:
     def result(self) -> Committed:
         self._job.done.wait()
         if self._job.error is not None:
+            self._job.reported = True
             raise self._job.error
         assert self._job.result is not None
         return self._job.result

@@ -141,12 +141,17 @@ class CheckpointManager:
         return handle
 
     def wait(self) -> Committed | None:
-        """Wait for the save in flight, if any; returns what it committed (or raises)."""
+        """Wait for the save in flight, if any; returns what it committed.
+
+        Raises its error unless the trainer already got it from the save's handle.
+        """
         if self._thread is not None:
             self._thread.join()
             self._thread = None
         job, self._job = self._job, None
-        return SaveHandle(job).result() if job else None
+        if job is None or (job.error is not None and job.reported):
+            return None
+        return SaveHandle(job).result()
 
     def _persist(self, job: SaveJob, slot: int) -> None:
         try:
