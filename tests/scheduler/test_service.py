@@ -136,3 +136,15 @@ def test_unknown_priority_class_is_refused(service: Service, tmp_path: Path) -> 
     job_id = submit(service, tmp_path, "odd", "a", 1, "quick", priority="urgent")
     until(service, lambda: service.store.get(job_id)["state"] == "failed")
     assert "priority 'urgent' unknown" in service.store.get(job_id)["message"]
+
+
+def test_failed_launch_frees_the_gpus(service: Service, tmp_path: Path) -> None:
+    job = Job("", "a", 2, 60.0)
+    job_id = service.store.submit(job, [str(tmp_path / "no-such-program")])
+    until(service, lambda: service.store.get(job_id)["state"] == "failed")
+    assert service.store.get(job_id)["message"].startswith("launch:")
+    assert service.state.free == [4] and not service.state.running
+    # The backend got the GPU ids back: a later job still gets GPUs 0 and 1.
+    later = submit(service, tmp_path, "later", "a", 2, "quick")
+    until(service, lambda: service.store.get(later)["state"] == "done")
+    assert (tmp_path / "later.gpus").read_text() == "0,1"

@@ -37,7 +37,25 @@ class LocalBackend:
     def launch(self, run: Running, command: list[str]) -> dict[str, list[int]]:
         """Start one process per node of the gang; returns node name → GPU ids."""
         gpus = {i: [self._free[i].pop(0) for _ in range(count)] for i, count in run.alloc.items()}
-        procs = []
+        procs: list[subprocess.Popen[bytes]] = []
+        try:
+            self._start(run, command, gpus, procs)
+        except OSError:
+            for proc in procs:  # all or nothing: a gang never runs partly
+                _signal(proc, signal.SIGKILL)
+                proc.wait()
+            self._give_back(gpus)
+            raise
+        self._gangs[run.job.id] = _Gang(procs, gpus)
+        return {self.nodes[i].name: ids for i, ids in gpus.items()}
+
+    def _start(
+        self,
+        run: Running,
+        command: list[str],
+        gpus: dict[int, list[int]],
+        procs: list["subprocess.Popen[bytes]"],
+    ) -> None:
         for rank, (i, ids) in enumerate(sorted(gpus.items())):
             env = dict(os.environ)
             env.update(
@@ -47,13 +65,16 @@ class LocalBackend:
                 SHIPYARD_NODE_RANK=str(rank),
                 SHIPYARD_NNODES=str(len(gpus)),
             )
-            log = (self.log_dir / f"{run.job.id}.{rank}.log").open("ab")
-            procs.append(
-                subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
-            )
-            log.close()
-        self._gangs[run.job.id] = _Gang(procs, gpus)
-        return {self.nodes[i].name: ids for i, ids in gpus.items()}
+            with (self.log_dir / f"{run.job.id}.{rank}.log").open("ab") as log:
+                procs.append(
+                    subprocess.Popen(
+                        command, env=env, stdout=log, stderr=log, start_new_session=True
+                    )
+                )
+
+    def _give_back(self, gpus: dict[int, list[int]]) -> None:
+        for i, ids in gpus.items():
+            self._free[i] = sorted(self._free[i] + ids)
 
     def running(self, job_id: str) -> bool:
         return job_id in self._gangs
@@ -76,8 +97,7 @@ class LocalBackend:
             codes = [proc.poll() for proc in gang.procs]
             if any(code is None for code in codes):
                 continue
-            for i, ids in gang.gpus.items():
-                self._free[i] = sorted(self._free[i] + ids)
+            self._give_back(gang.gpus)
             del self._gangs[job_id]
             ended.append((job_id, next((c for c in codes if c), 0) or 0))
         return ended

@@ -1,6 +1,9 @@
 """Run the live service: the HTTP API in a thread, the scheduling loop in the caller's thread."""
 
+import json
 import signal
+import sqlite3
+import sys
 import threading
 
 from shipyard.scheduler.api import make_server
@@ -33,7 +36,10 @@ def serve(
     try:
         while not stop.is_set():
             with lock:
-                service.tick()
+                try:
+                    service.tick()
+                except sqlite3.OperationalError as exc:  # a busy database: try again next tick
+                    print(json.dumps({"event": "tick-error", "error": str(exc)}), file=sys.stderr)
             stop.wait(tick)
     finally:
         server.shutdown()

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from shipyard.errors import InvalidInput
+from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.scheduler.backend import Backend
 from shipyard.scheduler.cluster import ClusterState
 from shipyard.scheduler.config import ClusterConfig
@@ -102,12 +102,18 @@ class Service:
         for job_id, pending in list(self._pending.items()):
             if any(self.backend.running(v) for v in pending.victims):
                 continue
+            del self._pending[job_id]
             row = self.store.get(job_id)
-            gpus = self.backend.launch(pending.run, row["command"])
+            try:
+                gpus = self.backend.launch(pending.run, row["command"])
+            except (ShipyardError, OSError) as exc:  # e.g. a missing program, sbatch refusing
+                self._charge(self.state.release(job_id), now)
+                self.store.update(job_id, state="failed", finished=now, message=f"launch: {exc}")
+                self._event("failed", job_id, reason=str(exc))
+                continue
             pending.run.start = now
             self._reports[job_id] = now
             self.store.update(job_id, state="running", started=now, gpus=gpus, message="")
-            del self._pending[job_id]
 
     def _stop_requested(self, now: float) -> None:
         for row in self.store.list("cancelling"):
