@@ -67,6 +67,7 @@ class Host:
 @dataclass
 class Run:
     hosts: list[Host]
+    seeds: list[Host]
     sizes: dict[str, int]
     origin_log: Path
     dead: set[str] = field(default_factory=set)
@@ -115,10 +116,11 @@ def make_artifact(work: Path, size_mib: int, piece_mib: int) -> tuple[Path, Mani
     return store, manifest
 
 
-def start_daemon(rig: Rig, host: Host, seed: str, origin: str) -> None:
+def start_daemon(rig: Rig, host: Host, seeds: list[Host], origin: str) -> None:
     host.starts += 1
+    joined = ",".join(s.address for s in seeds)
     cmd = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen", host.address,
-           "--seeds", seed, "--store", str(host.store), "--origin", origin,
+           "--seeds", joined, "--store", str(host.store), "--origin", origin,
            "--no-fsync"]  # fmt: skip
     host.proc = rig.spawn(host.ns, cmd, host.log)
 
@@ -196,13 +198,15 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
             say(f"  t={now:5.1f}s  mean {progress:6.1%}  min {low:6.1%}  origin {sent:5.1%}")
         if args.chaos and not chaos_done and progress >= 0.3:
             chaos_done = True
-            victims = kill_quarter(rig, run, held, rng, always=[run.hosts[0]])
-            restart = rng.sample(victims, len(victims) // 2)
+            victims = kill_quarter(rig, run, held, rng, always=run.seeds)
+            restart = rng.sample(victims, math.ceil(len(victims) / 2))
             restart_at = (now + 10, restart)
         if restart_at and now >= restart_at[0]:
             for host in restart_at[1]:
                 host.resumed_from = len(run.held(host))
-                start_daemon(rig, host, run.hosts[0].address, origin_url)
+                # The seeds are dead: a host that comes back joins through any live peers.
+                live_now = [h for h in run.hosts if h.name not in run.dead]
+                start_daemon(rig, host, rng.sample(live_now, min(3, len(live_now))), origin_url)
                 run.dead.discard(host.name)
             wait_listening(restart_at[1], time.monotonic() + 60)
             for host in restart_at[1]:
@@ -291,11 +295,13 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     for i in range(args.hosts):
         ns, ip = rig.host(f"h{i}", i + 1, args.rate_mbit)
         hosts.append(Host(f"h{i}", ns, ip, work / f"h{i}", work / f"h{i}.log"))
-    for host in hosts:  # every host knows only the first one: the would-be "tracker"
-        start_daemon(rig, host, hosts[0].address, origin_url)
+    # Every host is told only of the first N/8: the would-be "trackers" that --chaos kills.
+    seeds = hosts[: max(1, args.hosts // 8)]
+    for host in hosts:
+        start_daemon(rig, host, seeds, origin_url)
     wait_listening(hosts, time.monotonic() + 120)
     time.sleep(2)  # let gossip spread membership before the clock starts
-    run = Run(hosts, sizes, origin_log)
+    run = Run(hosts, seeds, sizes, origin_log)
     size = manifest.size
     bound = size * 8 / (args.rate_mbit * 1e6)
     say(f"swarm: {args.hosts} hosts at {args.rate_mbit} Mbit/s, S/B = {bound:.1f} s")
