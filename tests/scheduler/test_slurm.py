@@ -89,3 +89,39 @@ def test_stop_delivers_sigterm(slurm_conf: Path, tmp_path: Path) -> None:
     assert ended[0][0] == "victim"
     assert marker.with_suffix(".term").read_text() == "term"
     assert not backend.running("victim")
+
+
+def test_service_reclaims_through_slurm(slurm_conf: Path, tmp_path: Path) -> None:
+    config = parse_config(
+        {
+            "nodes": CONFIG["nodes"],
+            "teams": [
+                {"team": "a", "nominal": {"gpu": 4}, "cohort": "ab"},
+                {"team": "b", "nominal": {"gpu": 4}, "cohort": "ab"},
+            ],
+        }
+    )
+    store = JobStore(tmp_path / "catalog.db")
+    service = Service(config, store, SlurmBackend(config.nodes, tmp_path / "logs", slurm_conf))
+    script = tmp_path / "trap.py"
+    script.write_text(TRAP)
+    borrower = Job("", "b", 8, 300.0, gpus_per_node=4, preemptible=True, grace=10.0)
+    victim = store.submit(borrower, [sys.executable, str(script), str(tmp_path / "b")])
+    deadline = time.monotonic() + 120
+
+    def wait(job_id: str, state: str) -> None:
+        while store.get(job_id)["state"] != state:
+            assert time.monotonic() < deadline, f"{job_id} never reached {state}"
+            service.tick()
+            time.sleep(0.3)
+
+    wait(victim, "running")
+    while not (tmp_path / "b.up").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    owner = store.submit(Job("", "a", 4, 120.0), [sys.executable, "-c", "print('mine')"])
+    wait(owner, "done")
+    assert (tmp_path / "b.term").read_text() == "term"
+    assert store.get(victim)["spec"]["preemptions"] == 1  # requeued (and maybe back already)
+    assert service.counts["preempt"] == 1
+    service.backend.shutdown()
