@@ -71,6 +71,7 @@ class Run:
     sizes: dict[str, int]
     origin_log: Path
     dead: set[str] = field(default_factory=set)
+    survivors_done: float | None = None
     events: list[str] = field(default_factory=list)
 
     def held(self, host: Host) -> set[str]:
@@ -186,6 +187,10 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
         now = time.monotonic() - started
         held = {h.name: run.held(h) for h in run.hosts}
         live = [h for h in run.hosts if h.name not in run.dead]
+        if run.survivors_done is None and all(
+            len(held[h.name]) == total for h in run.hosts if h.starts == 1 and h in live
+        ):
+            run.survivors_done = now  # every host that was never killed
         if all(len(held[h.name]) == total for h in live) and restart_at is None:
             return now
         if now > args.timeout:
@@ -328,6 +333,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "value": round(t_swarm / bound, 3),
         "unit": "x S/B",
         "t_shipyard_s": round(t_swarm, 2),
+        "t_never_killed_hosts_s": round(run.survivors_done or t_swarm, 2),
         "bound_s": round(bound, 2),
         "origin_bytes_ratio": round(origin_bytes / size, 3),
         "hosts": args.hosts,
