@@ -33,7 +33,7 @@ def make_config(data: Path, alias: str = "", **sections: dict[str, Any]) -> Trai
         "controller": {
             "heartbeat_s": 0.1,
             "hang_factor": 10.0,
-            "hang_min_s": 1.0,
+            "hang_min_s": 2.0,
             "startup_timeout_s": 90.0,
             "window_steps": 5,
             "straggler_windows": 3,

@@ -4,6 +4,8 @@ import hashlib
 import json
 from pathlib import Path
 
+import pytest
+
 from shipyard.checkpoint import latest_committed
 from shipyard.train import RunTable
 from shipyard.workspace import Workspace
@@ -17,9 +19,16 @@ def model_digest(run_id: str) -> str:
     ).hexdigest()
 
 
-def test_uninterrupted_run_registers_model_without_false_alarms(home: Path, token_data: Path):
+@pytest.fixture(scope="module")
+def baseline(home: Path, token_data: Path) -> str:
+    """An uninterrupted run of the default test config."""
     run_id, state = train(make_config(token_data, alias="tiny-gpt"))
     assert state == "succeeded"
+    return run_id
+
+
+def test_uninterrupted_run_registers_model_without_false_alarms(baseline: str):
+    run_id = baseline
     assert events(run_id, "failure") == []
     assert events(run_id, "straggler") == []  # a healthy run of 8 windows: no false alarm
     ws = Workspace.open()
@@ -33,9 +42,7 @@ def test_uninterrupted_run_registers_model_without_false_alarms(home: Path, toke
         ws.close()
 
 
-def test_kill_then_hang_resume_bit_identical(home: Path, token_data: Path):
-    baseline, state = train(make_config(token_data))
-    assert state == "succeeded"
+def test_kill_then_hang_resume_bit_identical(baseline: str, token_data: Path):
     faults = [
         {"kind": "kill", "rank": 1, "step": 15, "attempt": 0},
         {"kind": "hang", "rank": 1, "step": 25, "attempt": 1},

@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "shipyard.cli.data",
     "shipyard.cli.scheduler",
     "shipyard.cli.checkpoint",
+    "shipyard.cli.train",
 ]
 
 

@@ -3,8 +3,11 @@ controller that keeps it making progress through kills, hangs, stragglers and Na
 
 `create_run(config, nprocs)` records a run in the catalog; `Controller(run_id).run_to_end()`
 drives it (and re-attaches with `attach=True` after the controller's own restart);
-`status`/`report` summarize it, goodput breakdown included.
+`status`/`report` summarize it, goodput breakdown included. Importing this package does not
+import torch (the CLI's status and report stay fast); `Controller` loads it on first use.
 """
+
+from typing import Any
 
 from shipyard.train.config import (
     ChaosConfig,
@@ -17,7 +20,6 @@ from shipyard.train.config import (
     TrainConfig,
     load_config,
 )
-from shipyard.train.controller import Controller
 from shipyard.train.goodput import Ledger, model_goodput, young_daly
 from shipyard.train.report import report, status
 from shipyard.train.runs import create_run
@@ -43,3 +45,11 @@ __all__ = [
     "status",
     "young_daly",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Controller":
+        from shipyard.train.controller import Controller
+
+        return Controller
+    raise AttributeError(f"module 'shipyard.train' has no attribute {name!r}")

@@ -171,13 +171,18 @@ class Controller:
         a = self.attempt
         assert a is not None
         codes = a.exit_codes()
-        if all(code is not None for code in codes):
-            final = latest_committed(checkpoint_root(self.run_dir))
-            finished = final is not None and final.manifest.step >= self.cfg.train.steps
-            if finished and all(code in (0, -1) for code in codes):
-                self._succeed()
-                return
-        failed = [r for r, code in enumerate(codes) if code not in (None, 0)]
+        if all(code is None for code in codes):
+            return
+        finished = self._committed() >= self.cfg.train.steps
+        if finished and all(code in (0, -1) for code in codes):  # -1: adopted, code unknown
+            self._succeed()
+            return
+        # An adopted rank (-1) that said it was done, or after the final commit, exited cleanly.
+        failed = [
+            r
+            for r, code in enumerate(codes)
+            if code not in (None, 0) and not (code == -1 and (r in a.done or finished))
+        ]
         if failed:
             kind = "anomaly" if EXIT_ANOMALY in codes else "crash"
             self._failure(kind, now, now, ranks=failed, exit_codes=codes)

@@ -148,7 +148,10 @@ class Rank:
         for group in self.optim.param_groups:
             group["lr"] = cfg.optim.lr * job.lr_scale
         if cfg.train.gc_every:
-            gc.disable()  # collected below on every rank at the same step, never mid-collective
+            # Collected below on every rank at the same step, never mid-collective; what exists
+            # now (torch, the model) is frozen out of those collections, which stay short.
+            gc.disable()
+            gc.freeze()
         self.beats.send("ready", step=self.step, fields={"restored_from": self.restored_from})
 
     def restore(self) -> Loaded | None:
