@@ -57,26 +57,65 @@ class PackedSource:
             self._epochs.move_to_end(epoch)
         return cached
 
-    def read(self, k: int, out: npt.NDArray[Any]) -> list[int]:
-        """Write sample `k` into `out` (length `seq_len`); returns where documents start in it."""
-        epoch, i = divmod(k, self.per_epoch)
-        order, ends = self._epoch(epoch)
-        first = i * self.seq_len
-        pos, stop = first, first + self.seq_len
-        j = int(ends.searchsorted(pos, side="right"))
-        doc_starts: list[int] = []
-        while pos < stop:
-            doc = int(order[j])
-            doc_end = int(ends[j])
-            doc_begin = doc_end - int(self._lengths[doc])
-            j += 1
-            if doc_begin == doc_end:  # an empty document starts nothing
-                continue
-            if pos == doc_begin:
-                doc_starts.append(pos - first)
-            take = min(stop, doc_end)
-            base = int(self._start_of[doc]) - doc_begin
-            tokens = self._tokens[self._shard_of[doc]]
-            out[pos - first : take - first] = tokens[base + pos : base + take]
-            pos = take
+    def read(
+        self, ks: npt.NDArray[np.int64], out: npt.NDArray[Any], out_rows: npt.NDArray[np.int64]
+    ) -> list[list[int]]:
+        """Write sample `ks[i]` into `out[out_rows[i]]`; returns where documents start in each.
+
+        The segment arithmetic (which documents, which token ranges) is vectorized over the
+        whole request, leaving one slice copy per (sample, document) segment.
+        """
+        doc_starts: list[list[int]] = [[] for _ in range(len(ks))]
+        epochs, within = np.divmod(ks, self.per_epoch)
+        for epoch in np.unique(epochs).tolist():
+            rows = np.flatnonzero(epochs == epoch)
+            targets = (rows, out_rows[rows])
+            self._read_epoch(epoch, within[rows] * self.seq_len, targets, out, doc_starts)
         return doc_starts
+
+    def _read_epoch(
+        self,
+        epoch: int,
+        starts: npt.NDArray[np.int64],
+        targets: tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]],
+        out: npt.NDArray[Any],
+        doc_starts: list[list[int]],
+    ) -> None:
+        order, ends = self._epoch(epoch)
+        first = ends.searchsorted(starts, side="right")  # first document each sample touches
+        last = ends.searchsorted(starts + self.seq_len - 1, side="right")
+        counts = last - first + 1
+        sample = np.repeat(np.arange(len(starts)), counts)
+        j = first[sample] + np.arange(len(sample)) - np.repeat(np.cumsum(counts) - counts, counts)
+        doc = order[j]
+        doc_end = ends[j]
+        doc_begin = doc_end - self._lengths[doc]
+        lo = np.maximum(doc_begin, starts[sample])
+        hi = np.minimum(doc_end, starts[sample] + self.seq_len)
+        keep = hi > lo  # empty documents give empty segments
+        sample, doc, doc_begin, lo, hi = (
+            sample[keep],
+            doc[keep],
+            doc_begin[keep],
+            lo[keep],
+            hi[keep],
+        )
+        source = (self._start_of[doc] + lo - doc_begin).tolist()
+        offset = (lo - starts[sample]).tolist()
+        length = (hi - lo).tolist()
+        begins = (lo == doc_begin).tolist()
+        tokens = self._tokens
+        requests, rows = targets
+        for request, row, shard, src, dst, n, begins_doc in zip(
+            requests[sample].tolist(),
+            rows[sample].tolist(),
+            self._shard_of[doc].tolist(),
+            source,
+            offset,
+            length,
+            begins,
+            strict=True,
+        ):
+            out[row, dst : dst + n] = tokens[shard][src : src + n]
+            if begins_doc:
+                doc_starts[request].append(dst)

@@ -88,10 +88,12 @@ class Sampler:
     def batch(self, step: int, rank: int = 0, world_size: int = 1) -> Batch:
         sources, ids = self.sample_ids(step, rank, world_size)
         tokens = np.empty((len(ids), self.spec.seq_len), dtype=np.int64)
-        doc_starts = [
-            self.sources[src].read(int(k), row)
-            for src, k, row in zip(sources.tolist(), ids.tolist(), tokens, strict=True)
-        ]
+        doc_starts: list[list[int]] = [[] for _ in range(len(ids))]
+        for src in np.unique(sources).tolist():
+            rows = np.flatnonzero(sources == src)
+            part = self.sources[src].read(ids[rows], tokens, rows)
+            for row, starts in zip(rows.tolist(), part, strict=True):
+                doc_starts[row] = starts
         return Batch(
             step,
             self.spec.data_step(step),
