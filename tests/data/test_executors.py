@@ -50,7 +50,7 @@ def test_ray_executor_same_contract(tmp_path: Path) -> None:
     pytest.importorskip("ray")
     from shipyard.data.executors.ray_executor import RayExecutor
 
-    executor = RayExecutor(workers=2, task_timeout_s=5, max_retries=1)
+    executor = RayExecutor(workers=2, task_timeout_s=10, max_retries=1)
     try:
         # warm the worker pool first, so a slow worker start is not mistaken for a hang
         assert [o.value for o in executor.map(str, [1, 2])] == ["1", "2"]

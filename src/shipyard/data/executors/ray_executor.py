@@ -51,6 +51,7 @@ class RayExecutor:
             )
             self.started = True
         self.remote = self.ray.remote(max_retries=0)(_call)
+        self.workers = workers
         self.task_timeout_s = task_timeout_s
         self.max_retries = max_retries
 
@@ -70,9 +71,11 @@ class RayExecutor:
             ref = self.remote.remote(fn_ref, tasks[i])
             pending[ref] = (i, time.monotonic() + self.task_timeout_s)
 
-        for i in range(len(tasks)):
-            submit(i)
-        while pending:
+        # at most `workers` in flight, so a task's timeout runs from when it can start
+        queue = list(range(len(tasks)))
+        while queue or pending:
+            while queue and len(pending) < self.workers:
+                submit(queue.pop(0))
             ready, _ = self.ray.wait(list(pending), num_returns=1, timeout=0.5)
             now = time.monotonic()
             for ref in list(pending):
@@ -88,7 +91,7 @@ class RayExecutor:
                 if isinstance(error, tuple):
                     outcomes[i] = Outcome(error[0], None, attempts[i])
                 elif attempts[i] <= self.max_retries:
-                    submit(i)
+                    queue.append(i)
                     continue
                 else:
                     outcomes[i] = Outcome(None, error, attempts[i])
