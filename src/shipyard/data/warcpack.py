@@ -35,6 +35,7 @@ def _record(page: Page) -> bytes:
         "WARC/1.0\r\nWARC-Type: response\r\n"
         f"WARC-Record-ID: <urn:uuid:{record_id}>\r\nWARC-Date: {page.date}\r\n"
         f"WARC-Target-URI: {page.url}\r\nContent-Type: application/http; msgtype=response\r\n"
+        f"WARC-Identified-Payload-Type: {page.content_type.split(';')[0]}\r\n"
         f"Content-Length: {len(http)}\r\n\r\n"
     ).encode()
     return headers + http + b"\r\n\r\n"
