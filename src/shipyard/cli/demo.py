@@ -17,6 +17,7 @@ from shipyard.cli.alias import render_lineage
 from shipyard.data.demo import crawl_to_tokens
 from shipyard.distribute.local import pull_to_local_peers
 from shipyard.errors import IntegrityError
+from shipyard.train.demo import train_demo
 from shipyard.workspace import Workspace
 
 DEMO_ALIAS = "demo-model"
@@ -66,6 +67,7 @@ def _demo(args: argparse.Namespace) -> int:
         dataset = ws.put(work / "dataset", "dataset", name="demo-dataset")
         print(f"dataset   {dataset.id}  ({dataset.size:,} bytes)")
         tokens = crawl_to_tokens(ws)  # the bundled crawl excerpt → token shards, when present
+        train_demo(ws, tokens, args.seed)  # a short run with one injected failure → demo-trained
         model = ws.put(work / "model", "model", inputs=[dataset.id, *tokens], piece_size=1 << 20)
         print(f"model     {model.id}  ({model.size:,} bytes, {model.file_count} files)")
         ws.move_alias(DEMO_ALIAS, model.id)
