@@ -36,4 +36,6 @@ def test_stall_benchmark_compares_with_dcp() -> None:
     args = ["--width", "256", "--layers", "2", "--batch", "8", "--repeat", "1"]
     result = _run("checkpoint_stall.py", *args)
     assert result["baseline"] > 0 and result["dcp_async_stall"] >= 0
-    assert result["ratio"] == pytest.approx(result["value"] / result["baseline"], rel=0.05, abs=0.01)
+    assert result["ratio"] == pytest.approx(
+        result["value"] / result["baseline"], rel=0.05, abs=0.01
+    )
