@@ -142,3 +142,22 @@ def test_origin_fetches_stay_capped_with_many_hosts_over_http(
     piece_bytes = sum(served)  # counted by the origin server itself
     assert manifest.size <= piece_bytes <= 1.2 * manifest.size
     assert sum(h.metrics()[PEER_BYTES] for h in hosts) >= 4 * manifest.size
+
+
+def test_a_slow_peer_is_hedged_around(
+    cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
+) -> None:
+    store, manifest = origin
+    fast = cluster.peer("fast", [])
+    shutil.copytree(store, fast.store)
+    fast.start()
+    slow = cluster.peer("slow", [fast.address], "--upload-limit-mbit", "0.5")  # 4 s a piece
+    shutil.copytree(store, slow.store)
+    slow.start()
+    host = cluster.peer("host", [fast.address]).start()
+    wait_until(lambda: host.metrics()["shipyard_peer_members_alive"] == 2)
+    pull(host.port, manifest.id, tmp_path / "out", stall_timeout=60)
+    assert (tmp_path / "out" / "blob.bin").read_bytes() == (tmp_path / "src/blob.bin").read_bytes()
+    # Requests stuck on the slow uplink were duplicated onto the fast peer, which won them.
+    assert host.metrics()["shipyard_peer_hedged_requests_total"] >= 1
+    assert slow.metrics().get("shipyard_peer_bytes_sent_total", 0) < manifest.size / 2
