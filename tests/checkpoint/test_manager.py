@@ -8,7 +8,14 @@ import pytest
 import torch
 from tests.checkpoint.conftest import state_hash, trained_state
 
-from shipyard.checkpoint import CheckpointManager, Publish, Retention, committed, latest_committed
+from shipyard.checkpoint import (
+    CheckpointManager,
+    PeerMemory,
+    Publish,
+    Retention,
+    committed,
+    latest_committed,
+)
 from shipyard.errors import IntegrityError, InvalidInput, StorageError
 from shipyard.workspace import Workspace
 
@@ -129,3 +136,15 @@ def test_failed_save_is_reported_and_leaves_the_last_commit(tmp_path: Path) -> N
         manager.save(3, {"w": object()})
     assert latest_committed(tmp_path).step == 1  # type: ignore[union-attr]
     assert manager.load().state["w"].tolist() == [1.0, 1.0, 1.0]
+
+
+def test_peer_memory_outlives_a_manager(tmp_path: Path) -> None:
+    peer = PeerMemory()
+    first = CheckpointManager(tmp_path, peer_memory=peer)
+    first.save(6, trained_state(), blocking=True)
+    first.close()  # e.g. the process group is re-formed after another rank was lost
+    second = CheckpointManager(tmp_path / "other", peer_memory=peer)
+    restored = second.restore_from_peers()
+    assert restored.step == 6 and state_hash(restored.state) == state_hash(trained_state())
+    second.close()
+    peer.close()

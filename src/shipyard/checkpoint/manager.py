@@ -56,7 +56,7 @@ class CheckpointManager:
         root: str | Path,
         *,
         retention: Retention | None = None,
-        peer_memory: bool = True,
+        peer_memory: bool | PeerMemory = True,
         publish_to: Publish | None = None,
         config: Mapping[str, Any] | None = None,
         timeout_s: float = 1800.0,
@@ -77,7 +77,12 @@ class CheckpointManager:
             if distributed
             else None
         )
-        self.peer = PeerMemory() if peer_memory else None
+        # A rank that survives a restart passes its old PeerMemory on, snapshots and all.
+        self._owns_peer = not isinstance(peer_memory, PeerMemory)
+        if isinstance(peer_memory, PeerMemory):
+            self.peer: PeerMemory | None = peer_memory
+        else:
+            self.peer = PeerMemory() if peer_memory else None
         self.peer_addresses: list[str] = []
         if self.peer is not None:
             self.peer_addresses = self._all_gather(self.peer.address)
@@ -278,5 +283,5 @@ class CheckpointManager:
         try:
             self.wait()
         finally:
-            if self.peer is not None:
+            if self.peer is not None and self._owns_peer:
                 self.peer.close()
