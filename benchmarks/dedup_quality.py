@@ -71,8 +71,7 @@ def theory(s: np.ndarray) -> np.ndarray:
 
 def candidate_rates(pairs: list[tuple[str, str]], seeds: int) -> np.ndarray:
     docs = [d for pair in pairs for d in pair]
-    cache: dict[str, int] = {}
-    hashes, offsets = shingle_batch(docs, N, cache)
+    hashes, offsets = shingle_batch(docs, N)
     hits = np.zeros(len(pairs))
     for seed in range(seeds):
         sigs = batch_signatures(hashes, offsets, permutations(BANDS * ROWS, 1000 + seed))

@@ -18,6 +18,7 @@ from shipyard.data.minhash import (
     shingle_batch,
     shingles,
     signatures,
+    string_hashes,
     words,
 )
 from shipyard.data.stages.signature import content_hash
@@ -166,7 +167,14 @@ def test_arrow_and_python_word_definitions_agree() -> None:
     text = "  Hello, World!  «Ça va?» — (yes) it's 3.11… end.\nNew\tline “quoted” __x__ ... ¿qué?"
     expected = words(text)
     assert expected[:4] == ["hello", "world", "ça", "va"]
-    cache: dict[str, int] = {}
-    ids, lengths = _word_ids([text, "", "only"], cache)
+    ids, lengths = _word_ids([text, "", "only"])
     assert lengths.tolist() == [len(expected), 0, 1]
-    assert ids.tolist()[: len(expected)] == [cache[w] for w in expected]
+    assert ids.tolist()[: len(expected)] == string_hashes(pa.array(expected)).tolist()
+
+
+def test_string_hashes_are_distinct_and_stable() -> None:
+    vocabulary = sorted({w for i in range(30) for w in words(english_text(i))} | {"a", "ab", "ba"})
+    hashes = string_hashes(pa.array(vocabulary)).tolist()
+    assert len(set(hashes)) == len(vocabulary)
+    sliced = pa.array(["zz", *vocabulary])[1:]  # an Arrow slice with a non-zero offset
+    assert string_hashes(sliced).tolist() == hashes

@@ -70,8 +70,7 @@ def cluster_all(
         numbers = shared[labels[shared] % shards == shard]
         if len(numbers) == 0:
             continue
-        cache: dict[str, int] = {}
-        sets = {n: shingles(t, ngram, cache) for n, t in texts_for(numbers).items()}
+        sets = {n: shingles(t, ngram) for n, t in texts_for(numbers).items()}
         order = np.argsort(labels[numbers], kind="stable")
         grouped = numbers[order]
         bounds = np.flatnonzero(np.diff(labels[grouped])) + 1

@@ -1,14 +1,12 @@
 """MinHash signatures over word n-grams, vectorized with numpy, and LSH band keys.
 
-Words are hashed once per distinct word (BLAKE2b, 64 bits); an n-gram's hash mixes its words'
-hashes with the splitmix64 finalizer, as whole arrays. Because shingle hashes are already well
-mixed, permutation i can be the cheap bijection x → a_i·x + b_i (mod 2^64, a_i odd): two array
-operations per (shingle, permutation), done as one (shingles × permutations) array per chunk of
-documents, never a Python loop per hash. `benchmarks/dedup_quality.py` checks the resulting
-candidate rates against LSH theory.
+Words are hashed as one array (a polynomial over their UTF-8 bytes, finalized with splitmix64);
+an n-gram's hash mixes its words' hashes, as whole arrays too. Because shingle hashes are well
+mixed, permutation i can be the cheap bijection x → a_i·x + b_i (mod 2^32 on the low 32 bits,
+a_i odd): two array operations per (shingle, permutation), done as one (shingles × permutations)
+array per chunk of documents, never a Python loop per hash. `benchmarks/dedup_quality.py`
+checks the resulting candidate rates against LSH theory.
 """
-
-import hashlib
 
 import numpy as np
 import numpy.typing as npt
@@ -25,7 +23,7 @@ PUNCTUATION = (
     "".join(chr(c) for c in range(33, 127) if not chr(c).isalnum() and chr(c) != "_")
     + "«»“”‘’„…–—·•¡¿"
 )
-_CHUNK = 1 << 12  # shingles per array operation: CHUNK × permutations × 4 bytes stays in cache
+_CHUNK = 1 << 10  # shingles per array operation: CHUNK × permutations × 4 bytes stays in cache
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
@@ -34,6 +32,7 @@ _M2 = np.uint64(0x94D049BB133111EB)
 _WINDOW = np.random.default_rng(0x5EED).integers(1, 2**63, 16, dtype=np.uint64) * np.uint64(
     2
 ) + np.uint64(1)
+_BYTE_BASE = np.uint64(0x100000001B3)  # the 64-bit FNV prime, as a polynomial base
 _EMPTY = np.array([0x6A09E667F3BCC908], dtype=np.uint64)  # stands for a document with no words
 
 
@@ -48,33 +47,48 @@ def words(text: str) -> list[str]:
     return [w for w in (t.strip(PUNCTUATION) for t in text.lower().split()) if w]
 
 
-def _word_ids(texts: list[str], cache: dict[str, int]) -> tuple[U64, I64]:
+def _word_ids(texts: list[str]) -> tuple[U64, I64]:
     """Every word's 64-bit id, concatenated over `texts`, and each text's word count.
 
-    Lowercasing, splitting and trimming run in Arrow's C++ kernels; only distinct words are
-    hashed in Python (and remembered in `cache`).
+    Lowercasing, splitting and trimming run in Arrow's C++ kernels and the words are hashed as
+    one array (`string_hashes`), so no Python code runs per word.
     """
     lists = pc.utf8_split_whitespace(pc.utf8_lower(pa.array(texts, pa.large_string())))
     flat = pc.utf8_trim(lists.flatten(), characters=PUNCTUATION)
     nonempty = pc.greater(pc.utf8_length(flat), 0)
     parents = np.asarray(lists.value_parent_indices().filter(nonempty).to_numpy())
     lengths = np.bincount(parents, minlength=len(texts)).astype(np.int64)
-    encoded = flat.filter(nonempty).dictionary_encode()
-    vocabulary = encoded.dictionary.to_pylist()
-    hashes = np.fromiter(
-        (cache.get(w) or _word_hash(w, cache) for w in vocabulary), np.uint64, len(vocabulary)
-    )
-    return hashes[np.asarray(encoded.indices.to_numpy())], lengths
+    return string_hashes(flat.filter(nonempty)), lengths
 
 
-def shingle_batch(texts: list[str], n: int, cache: dict[str, int] | None = None) -> Shingles:
+def string_hashes(strings: pa.Array) -> U64:
+    """64-bit hashes of non-empty strings: Σ byte_k·P^k (mod 2^64) over each string's UTF-8
+    bytes, then splitmix64 of that mixed with the length — as array operations over the data
+    buffer."""
+    strings = pa.array(strings, pa.large_string()) if len(strings) else strings
+    if len(strings) == 0:
+        return np.empty(0, np.uint64)
+    _, offset_buffer, data_buffer = strings.buffers()
+    offsets = np.frombuffer(offset_buffer, np.int64)[
+        strings.offset : strings.offset + len(strings) + 1
+    ]
+    data = np.frombuffer(data_buffer, np.uint8)[offsets[0] : offsets[-1]].astype(np.uint64)
+    sizes = np.diff(offsets)
+    starts = offsets[:-1] - offsets[0]
+    within = np.arange(len(data)) - np.repeat(starts, sizes)
+    powers = np.cumprod(np.full(int(sizes.max()), _BYTE_BASE, np.uint64))
+    sums = np.add.reduceat(data * powers[within], starts)
+    return splitmix64(sums ^ (sizes.astype(np.uint64) << np.uint64(48)))
+
+
+def shingle_batch(texts: list[str], n: int) -> Shingles:
     """The word n-gram hashes of every text, concatenated, with per-text offsets.
 
     One pass of array operations over the whole batch's words, so numpy's per-call overhead is
     paid per batch, not per document; n-grams that would straddle two texts are dropped. A text
     shorter than n words is one shingle; an empty text gets a fixed stand-in.
     """
-    ids, lengths = _word_ids(texts, {} if cache is None else cache)
+    ids, lengths = _word_ids(texts)
     starts = np.concatenate([[0], np.cumsum(lengths)])
     grams = _ngram_hashes(ids, n)
     counts = np.maximum(lengths - n + 1, 1)
@@ -103,15 +117,9 @@ def _ngram_hashes(ids: U64, n: int) -> U64:
     return splitmix64(h)
 
 
-def shingles(text: str, n: int, cache: dict[str, int] | None = None) -> U64:
+def shingles(text: str, n: int) -> U64:
     """Hashes of the word n-grams of one text."""
-    return shingle_batch([text], n, cache)[0]
-
-
-def _word_hash(word: str, cache: dict[str, int]) -> int:
-    value = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "little") or 1
-    cache[word] = value
-    return value
+    return shingle_batch([text], n)[0]
 
 
 def permutations(num_perm: int, seed: int) -> U32:

@@ -19,14 +19,13 @@ from shipyard.errors import InvalidInput
 
 @functools.cache
 def benchmark_ngrams(paths: tuple[str, ...], n: int) -> U64:
-    cache: dict[str, int] = {}
     found = []
     for path in paths:
         try:
             lines = Path(path).read_text(errors="replace").splitlines()
         except OSError as exc:
             raise InvalidInput(f"decontam.benchmarks: cannot read {path}: {exc.strerror}") from None
-        found += [shingles(line, n, cache) for line in lines if len(words(line)) >= n]
+        found += [shingles(line, n) for line in lines if len(words(line)) >= n]
     return np.unique(np.concatenate(found)) if found else np.empty(0, np.uint64)
 
 
@@ -44,10 +43,9 @@ class Decontam(Stage):
         if len(self.table) == 0:
             batch["contaminated"] = [False] * len(batch["text"])
             return batch
-        cache: dict[str, int] = {}
         flags = []
         for text in batch["text"]:
-            grams = shingles(text, self.n, cache) if len(words(text)) >= self.n else None
+            grams = shingles(text, self.n) if len(words(text)) >= self.n else None
             flags.append(grams is not None and bool(np.isin(grams, self.table).any()))
         batch["contaminated"] = flags
         return batch

@@ -36,8 +36,7 @@ class MinHashKeys(Stage):
         self.perms = permutations(self.config.bands * self.config.rows, self.config.seed)
 
     def process(self, batch: Batch, quarantine: Quarantine) -> Batch:
-        cache: dict[str, int] = {}
-        hashes, offsets = shingle_batch(batch["text"], self.config.ngram, cache)
+        hashes, offsets = shingle_batch(batch["text"], self.config.ngram)
         sigs = batch_signatures(hashes, offsets, self.perms)
         keys = band_keys(sigs, self.config.bands, self.config.rows)
         batch["content_hash"] = [content_hash(t) for t in batch["text"]]
