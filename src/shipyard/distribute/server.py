@@ -121,8 +121,9 @@ class Server:
             size = os.fstat(handle.fileno()).st_size
             writer.write(encode({"size": size}))
             loop = asyncio.get_running_loop()
-            for offset in range(0, size, _SLICE):
-                count = min(_SLICE, size - offset)
+            step = _SLICE if self.throttle else max(size, 1)  # slices only to pace a limit
+            for offset in range(0, size, step):
+                count = min(step, size - offset)
                 if self.throttle:
                     await self.throttle.take(count)
                 await loop.sendfile(writer.transport, handle, offset, count)
