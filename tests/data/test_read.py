@@ -78,3 +78,17 @@ def test_garbage_after_valid_records_ends_the_file_not_the_task(
 def test_domain_of_strips_www() -> None:
     assert domain_of("https://www.Example.org:8080/a?b") == "example.org"
     assert domain_of("not a url") == ""
+
+
+def test_reads_lz4_compressed_warc(make_warc: MakeWarc) -> None:
+    from fastwarc.stream_io import Lz4Writer
+
+    plain = make_warc(
+        "p.warc", [Page(f"https://a.org/{i}", b"<p>hi</p>") for i in range(3)], "none"
+    )
+    packed = plain.with_name("p.warc.lz4")
+    writer = Lz4Writer(str(packed))
+    writer.write(plain.read_bytes())
+    writer.close()
+    batch = read_warc(packed, ReadConfig(), Quarantine("p.warc.lz4"))
+    assert batch["url"] == [f"https://a.org/{i}" for i in range(3)]
