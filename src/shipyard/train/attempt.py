@@ -1,12 +1,17 @@
 """One attempt of a run: its rank processes and what their heartbeats have told us so far."""
 
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
+from shipyard.train.faults import STACK_SIGNAL
 from shipyard.train.heartbeat import Beat
 from shipyard.train.ranks import RankProcess
 
 NO_COLLECTIVE = (-1, -1)
+STACK_WAIT_S = 0.3  # for faulthandler to write every rank's stacks
 
 
 @dataclass
@@ -21,7 +26,7 @@ class Attempt:
     peers: dict[int, str] = field(default_factory=dict)
     last: dict[int, Beat] = field(default_factory=dict)
     lost: dict[int, str] = field(default_factory=dict)  # ranks whose collective failed
-    anomaly: dict[str, object] | None = None
+    anomaly: dict[str, Any] | None = None
     first_step_at: float | None = None
 
     @property
@@ -71,3 +76,28 @@ class Attempt:
     def kill(self) -> None:
         for rank in self.ranks:
             rank.kill()
+
+    def dump_stacks(self, run_dir: Path) -> dict[str, str]:
+        """Every rank's Python stacks (all threads), as faulthandler wrote them on SIGUSR1."""
+        for rank in self.ranks:
+            rank.signal(STACK_SIGNAL)
+        time.sleep(STACK_WAIT_S)
+        stacks = {}
+        for r in range(self.world_size):
+            path = run_dir / "stacks" / f"attempt-{self.number}-rank-{r}.txt"
+            stacks[str(r)] = path.read_text()[-6000:] if path.exists() else ""
+        return stacks
+
+    def anomaly_record(self, run_dir: Path) -> dict[str, Any] | None:
+        """The NaN/spike report: from its beat, or the file rank 0 wrote (beats may be lost)."""
+        path = run_dir / f"anomaly-attempt-{self.number}.json"
+        if self.anomaly is None and path.exists():
+            self.anomaly = json.loads(path.read_text())
+        return self.anomaly
+
+    def rank_times(self) -> dict[int, tuple[float, float]]:
+        """Each rank's last (step time, forward CPU time)."""
+        return {
+            r: (float(b.fields.get("step_time", 0.0)), float(b.fields.get("work_time", 0.0)))
+            for r, b in dict(self.last).items()
+        }

@@ -8,33 +8,30 @@ loss spike) are counted in a sliding window; past `max_failures` the run fails w
 The run row is saved every half second, so a restarted controller re-attaches to live ranks.
 """
 
-import json
 import os
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 from shipyard.checkpoint import latest_committed
 from shipyard.train.attempt import Attempt
 from shipyard.train.chaos import Chaos
 from shipyard.train.config import TrainConfig
 from shipyard.train.detect import HangWatch, StragglerWatch, missing_ranks
-from shipyard.train.faults import HANG_SIGNAL, SIGNALS, STACK_SIGNAL
+from shipyard.train.faults import HANG_SIGNAL, SIGNALS
 from shipyard.train.goodput import Ledger
 from shipyard.train.heartbeat import Beat, Receiver
-from shipyard.train.metrics import MetricsServer
-from shipyard.train.ranks import RankProcess, SparePool, assign, free_port, spawn_worker
+from shipyard.train.metrics import MetricsServer, Sample
+from shipyard.train.ranks import RankProcess, SparePool, free_port, launch
 from shipyard.train.report import metric_samples, mtbf
 from shipyard.train.runs import finish_catalog_run, register_model
 from shipyard.train.state import FINAL, RunTable
+from shipyard.train.steplog import StepLog
 from shipyard.train.worker import EXIT_ANOMALY, Assignment, checkpoint_root
 
 SAVE_EVERY_S = 0.5
 LINGER_S = 60.0  # the longest a previous attempt's survivors serve peer memory
-STACK_WAIT_S = 0.3
-CSV_HEADER = "attempt,rank,step,step_time,work_time,data_wait,stall,loss\n"
 
 
 class Controller:
@@ -52,36 +49,26 @@ class Controller:
         )
         self.chaos = Chaos(self.cfg.chaos, world)
         self.run_dir = Path(self.run.run_dir)
-        self.failures = [
-            e.at
-            for e in self.table.events(run_id, "failure")
-            if time.time() - e.at <= c.failure_window_s
-        ]
+        recent = time.time() - c.failure_window_s
+        self.failures = [e.at for e in self.table.events(run_id, "failure") if e.at >= recent]
         self.attempt: Attempt | None = None
         self.lingering: list[tuple[RankProcess, float]] = []
         self.drain: tuple[int, int] | None = None  # (straggler rank, checkpoint step when flagged)
         self.straggler_count = 0
         self.receiver = Receiver(self.run.heartbeat_port if attach else 0)
         self.pool = SparePool(world if c.spares else 0, self.run_dir / "logs")
-        self.metrics = (
-            MetricsServer(
-                lambda: metric_samples(self.run, self._rank_times(), self.straggler_count),
-                c.metrics_port,
-            )
-            if c.metrics_port >= 0
-            else None
-        )
-        steps_csv = self.run_dir / "steps.csv"
-        fresh = not steps_csv.exists()
-        self.csv: IO[str] = open(steps_csv, "a")  # noqa: SIM115 - closed in _shutdown
-        if fresh:
-            self.csv.write(CSV_HEADER)
+        serve = c.metrics_port >= 0
+        self.metrics = MetricsServer(self._samples, c.metrics_port) if serve else None
+        self.steps = StepLog(self.run_dir / "steps.csv")
         self._saved_at = 0.0
 
     # The loop
 
-    def run_to_end(self) -> str:
-        """Drive the run until it succeeds or fails; returns the final state."""
+    def run_to_end(self, stop: Callable[[], bool] | None = None) -> str:
+        """Drive the run until it succeeds or fails; returns the final state.
+
+        `stop` (checked every tick) ends it early, as failed with the reason "stopped".
+        """
         try:
             self.run.controller_pid = os.getpid()
             self.run.heartbeat_port = self.receiver.address[1]
@@ -89,6 +76,8 @@ class Controller:
                 self._launch([])
             while self.run.state not in FINAL:
                 self._tick()
+                if stop is not None and stop() and self.run.state not in FINAL:
+                    self._finish("failed", "stopped by its caller")
         finally:
             self._shutdown()
         return self.run.state
@@ -135,10 +124,7 @@ class Controller:
 
     def _on_step(self, a: Attempt, beat: Beat) -> None:
         f = beat.fields
-        self.csv.write(
-            f"{a.number},{beat.rank},{beat.step},{f['step_time']:.6f},{f['work_time']:.6f},"
-            f"{f['data_wait']:.6f},{f['stall']:.6f},{f['loss']}\n"
-        )
+        self.steps.write(a.number, beat)
         for found in self.stragglers.observe(beat.rank, beat.step - 1, float(f["work_time"])):
             self.table.event(
                 self.run.run_id,
@@ -159,11 +145,10 @@ class Controller:
         now = time.time()
         self.hang.observe(a.global_step(), now, float(f["step_time"]) if beat.rank == 0 else None)
         if a.first_step_at == beat.at and beat.rank == 0:
-            # The new attempt is past its restore: the old survivors and the refill may go.
+            # The new attempt is past its restore: the old survivors may go.
             for rank, _ in self.lingering:
                 rank.kill()
             self.lingering = []
-            self.pool.fill()
 
     # Failure detection
 
@@ -203,7 +188,7 @@ class Controller:
             return
         entered = a.entered_all()
         pending, missing = missing_ranks(entered)
-        stacks = self._dump_stacks(a)
+        stacks = a.dump_stacks(self.run_dir)
         self.table.event(
             self.run.run_id,
             "hang",
@@ -217,16 +202,6 @@ class Controller:
         )
         self.say(f"hang: no progress for {stalled:.2f}s; rank(s) {missing} never entered {pending}")
         self._failure("hang", self.hang.since, now, ranks=missing)
-
-    def _dump_stacks(self, a: Attempt) -> dict[str, str]:
-        for rank in a.ranks:
-            rank.signal(STACK_SIGNAL)
-        time.sleep(STACK_WAIT_S)
-        stacks = {}
-        for r in range(a.world_size):
-            path = self.run_dir / "stacks" / f"attempt-{a.number}-rank-{r}.txt"
-            stacks[str(r)] = path.read_text()[-6000:] if path.exists() else ""
-        return stacks
 
     # Reactions
 
@@ -274,10 +249,7 @@ class Controller:
         self._launch(peers)
 
     def _rollback(self, a: Attempt, committed: int) -> None:
-        anomaly = a.anomaly
-        path = self.run_dir / f"anomaly-attempt-{a.number}.json"
-        if anomaly is None and path.exists():
-            anomaly = json.loads(path.read_text())
+        anomaly = a.anomaly_record(self.run_dir)
         if anomaly is None:
             self.table.event(self.run.run_id, "rollback", skip=None, to_step=committed)
             return
@@ -329,25 +301,23 @@ class Controller:
     def _launch(self, peers: list[str]) -> None:
         self.run.attempt += 1
         port = free_port()
-        ranks = []
-        for r in range(self.run.world_size):
-            job = Assignment(
-                run_dir=str(self.run_dir),
-                config=self.run.config,
-                data_path=self.run.data_path,
-                rank=r,
-                world_size=self.run.world_size,
-                attempt=self.run.attempt,
-                store_port=port,
-                heartbeat_port=self.receiver.address[1],
-                peers=peers,
-                skips=self.run.skips,
-                lr_scale=self.run.lr_scale,
-                mtbf_s=mtbf(self.run, self.ledger, time.time()),
-            )
-            proc = self.pool.take() if self.cfg.controller.spares else None
-            ranks.append(assign(proc or spawn_worker(self.run_dir / "logs"), job))
+        job = Assignment(
+            run_dir=str(self.run_dir),
+            config=self.run.config,
+            data_path=self.run.data_path,
+            rank=0,
+            world_size=self.run.world_size,
+            attempt=self.run.attempt,
+            store_port=port,
+            heartbeat_port=self.receiver.address[1],
+            peers=peers,
+            skips=self.run.skips,
+            lr_scale=self.run.lr_scale,
+            mtbf_s=mtbf(self.run, self.ledger, time.time()),
+        )
+        ranks = launch(self.pool, job)
         self.attempt = Attempt(self.run.attempt, ranks)
+        self.pool.fill()  # warm again long before the next failure, as a rule
         self.run.rank_pids = [r.pid for r in ranks]
         self.hang.reset(time.time())
         self.stragglers.reset()
@@ -380,15 +350,9 @@ class Controller:
         self.say(f"attach: adopted attempt {self.run.attempt} (pids {self.run.rank_pids})")
         return True
 
-    def _rank_times(self) -> dict[int, tuple[float, float]]:
-        a = self.attempt
-        if a is None:
-            return {}
-        beats = dict(a.last)
-        return {
-            r: (float(b.fields.get("step_time", 0.0)), float(b.fields.get("work_time", 0.0)))
-            for r, b in beats.items()
-        }
+    def _samples(self) -> list[Sample]:
+        per_rank = self.attempt.rank_times() if self.attempt else {}
+        return metric_samples(self.run, per_rank, self.straggler_count)
 
     def _committed(self) -> int:
         found = latest_committed(checkpoint_root(self.run_dir))
@@ -416,7 +380,7 @@ class Controller:
     def _save(self) -> None:
         self.run.ledger = self.ledger.to_dict()
         self.table.save(self.run)
-        self.csv.flush()
+        self.steps.flush()
         self._saved_at = time.time()
 
     def _shutdown(self) -> None:
@@ -430,5 +394,5 @@ class Controller:
         if self.metrics is not None:
             self.metrics.close()
         self._save()
-        self.csv.close()
+        self.steps.close()
         self.table.close()

@@ -7,6 +7,7 @@ read their exit codes, so it relies on their `done` beats and on /proc.
 """
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import signal
@@ -86,18 +87,14 @@ class SparePool:
             self._ready.append(spawn_worker(self.log_dir))
 
     def take(self) -> subprocess.Popen[bytes]:
+        """A warm spare, or (none left, or a pool of size 0) a fresh worker process."""
         self._ready = [p for p in self._ready if p.poll() is None]
         return self._ready.pop(0) if self._ready else spawn_worker(self.log_dir)
 
     def close(self) -> None:
-        for proc in self._ready:
-            if proc.stdin:
-                proc.stdin.close()  # EOF: the spare exits
-        for proc in self._ready:
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for proc in self._ready:  # a spare holds nothing yet: no need to wait for its warm-up
+            proc.kill()
+            proc.wait()
         self._ready = []
 
 
@@ -107,3 +104,10 @@ def assign(proc: subprocess.Popen[bytes], job: Assignment) -> RankProcess:
     proc.stdin.flush()
     proc.stdin.close()
     return RankProcess(proc.pid, proc)
+
+
+def launch(pool: SparePool, job: Assignment) -> list[RankProcess]:
+    """Every rank of `job`'s world (`job` is rank 0's assignment), warm spares first."""
+    return [
+        assign(pool.take(), dataclasses.replace(job, rank=rank)) for rank in range(job.world_size)
+    ]

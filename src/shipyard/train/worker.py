@@ -30,7 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from shipyard.checkpoint import CheckpointManager, Loaded, Retention, latest_committed
 from shipyard.checkpoint import restore_from_peers as peer_restore
 from shipyard.loader import LoaderSpec, Sampler, Source
-from shipyard.train.config import TrainConfig
+from shipyard.train.config import ModelConfig, TrainConfig
 from shipyard.train.faults import FaultState
 from shipyard.train.heartbeat import Sender
 from shipyard.train.model import GPT, next_token_loss
@@ -92,6 +92,8 @@ class Rank:
             os.getpid(),
             self.cfg.controller.heartbeat_s,
         )
+        self.phases: dict[str, float] = {}
+        self._phase_start = time.perf_counter()
         self.step = 0
         self.collective = (-1, -1)
         self.stalls: deque[float] = deque(maxlen=8)
@@ -121,6 +123,7 @@ class Rank:
             wait_for_workers=False,
         )
         dist.init_process_group("gloo", store=store, rank=job.rank, world_size=job.world_size)
+        self.phase("process_group")
         self.model = GPT(cfg.model)
         self.ddp = DistributedDataParallel(self.model)
 
@@ -133,12 +136,15 @@ class Rank:
         self.optim = torch.optim.AdamW(
             self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
+        self.phase("model_ddp")
         self.manager = CheckpointManager(
             checkpoint_root(job.run_dir),
             retention=Retention(keep_last=cfg.train.keep_checkpoints),
             config=cfg.to_dict(),
         )
+        self.phase("checkpoint_manager")
         self.sampler = Sampler(loader_spec(cfg, job.data_path, job.skips))
+        self.phase("sampler")
         loaded = self.restore()
         if loaded is not None:
             self.model.load_state_dict(loaded.state["model"])
@@ -152,7 +158,15 @@ class Rank:
             # now (torch, the model) is frozen out of those collections, which stay short.
             gc.disable()
             gc.freeze()
-        self.beats.send("ready", step=self.step, fields={"restored_from": self.restored_from})
+        self.phase("restore")
+        ready = {"restored_from": self.restored_from, "setup_s": self.phases}
+        self.beats.send("ready", step=self.step, fields=ready)
+
+    def phase(self, name: str) -> None:
+        """Note how long set-up phase `name` took (reported in the ready beat)."""
+        now = time.perf_counter()
+        self.phases[name] = round(now - self._phase_start, 4)
+        self._phase_start = now
 
     def restore(self) -> Loaded | None:
         stored = latest_committed(checkpoint_root(self.job.run_dir))
@@ -298,10 +312,21 @@ def run(job: Assignment) -> int:
     return code
 
 
+def warm_up() -> None:
+    """Pay, before any assignment, what a rank's first seconds would: DDP imports dynamo
+    lazily (over a second), and the first forward and backward initialize autograd and kernels."""
+    import torch._dynamo
+
+    torch.set_num_threads(1)
+    model = GPT(ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, seq_len=16))
+    next_token_loss(model, torch.randint(0, 64, (2, 17))).backward()  # type: ignore[no-untyped-call]
+
+
 def main() -> None:
     """`python -m shipyard.train.worker`: the assignment comes as JSON on the first stdin line."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    line = sys.stdin.readline()  # a warm spare waits here, torch already imported
+    warm_up()
+    line = sys.stdin.readline()  # a warm spare waits here, torch already imported and warm
     if not line:
         sys.exit(0)  # the controller went away before using this spare
     sys.exit(run(Assignment.from_json(line)))
