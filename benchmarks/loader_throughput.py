@@ -3,7 +3,9 @@
 Writes two token datasets, then measures (page cache warm for both):
 - baseline: each shard read front to back with `np.memmap` in batch-sized slices, as int64;
 - `direct`: `Sampler.batch` in this process (shuffled, packed, mixed 70/30);
-- `value`: the same batches through the torch `DataLoader` adapter with worker processes.
+- `value`: the same batches through the torch `DataLoader` adapter with worker processes;
+- `dataloader_transport_ceiling`: a DataLoader whose workers yield a constant batch of the same
+  shape, i.e. what moving batches from worker processes costs by itself.
 
     .venv/bin/python benchmarks/loader_throughput.py [--tokens 40000000] [--workers 2]
 """
@@ -12,9 +14,13 @@ import argparse
 import json
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import torch
+from torch.utils.data import DataLoader, IterableDataset
 
 from shipyard.loader import (
     LoaderSpec,
@@ -70,6 +76,28 @@ def through_dataloader(spec: LoaderSpec, steps: int, workers: int) -> float:
     return done / (time.perf_counter() - start)
 
 
+class _Constant(IterableDataset[dict[str, Any]]):
+    """The same-shaped batch over and over: what the DataLoader's worker transport alone costs."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        tokens = np.ones((BATCH, SEQ_LEN), dtype=np.int64)
+        for step in range(self.steps):
+            yield {"step": step, "tokens": torch.from_numpy(tokens.copy())}
+
+
+def transport_ceiling(steps: int, workers: int) -> float:
+    loader = iter(DataLoader(_Constant(steps + 8), batch_size=None, num_workers=workers))
+    for _ in range(8):
+        next(loader)
+    start, done = time.perf_counter(), 0
+    for item in loader:
+        done += item["tokens"].numel()
+    return done / (time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=40_000_000, help="tokens per dataset")
@@ -92,9 +120,11 @@ def main() -> None:
         baseline = sequential(paths, limit)
         direct_rate = direct(spec, steps)
         loader_rate = through_dataloader(spec, steps, args.workers)
+        ceiling = transport_ceiling(steps, args.workers)
     print(f"sequential memmap: {baseline / 1e6:.1f} M tokens/s")
     print(f"sampler, in process: {direct_rate / 1e6:.1f} M tokens/s")
     print(f"DataLoader, {args.workers} workers: {loader_rate / 1e6:.1f} M tokens/s")
+    print(f"DataLoader transport alone (constant batches): {ceiling / 1e6:.1f} M tokens/s")
     result = {
         "name": "loader_throughput",
         "value": round(loader_rate),
@@ -103,6 +133,7 @@ def main() -> None:
         "ratio": round(loader_rate / baseline, 3),
         "direct": round(direct_rate),
         "direct_ratio": round(direct_rate / baseline, 3),
+        "dataloader_transport_ceiling": round(ceiling),
         "workers": args.workers,
         "tokens": limit,
     }
