@@ -148,3 +148,17 @@ def test_peer_memory_outlives_a_manager(tmp_path: Path) -> None:
     assert restored.step == 6 and state_hash(restored.state) == state_hash(trained_state())
     second.close()
     peer.close()
+
+
+def test_unreadable_manifest_and_leftovers(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, peer_memory=False, retention=Retention(keep_last=5))
+    manager.save(1, {"w": torch.ones(2)}, blocking=True)
+    manager.save(2, {"w": torch.ones(2)}, blocking=True)
+    (tmp_path / "step-0000000002" / "manifest.json").write_text('{"format": 1, "step"')
+    assert latest_committed(tmp_path).step == 1  # type: ignore[union-attr]
+    leftover = tmp_path / "step-0000000000"  # a crashed save older than the newest commit
+    leftover.mkdir()
+    (leftover / "shard-00000-of-00001.safetensors").write_bytes(b"partial")
+    manager.save(3, {"w": torch.ones(2)}, blocking=True)
+    assert not leftover.exists()
+    assert [c.step for c in committed(tmp_path)] == [1, 3]
