@@ -56,7 +56,8 @@ class Controller:
         self.drain: tuple[int, int] | None = None  # (straggler rank, checkpoint step when flagged)
         self.straggler_count = 0
         self.receiver = Receiver(self.run.heartbeat_port if attach else 0)
-        self.pool = SparePool(world if c.spares else 0, self.run_dir / "logs")
+        # Two generations of spares: one is warm while the other warms up after a restart.
+        self.pool = SparePool(2 * world if c.spares else 0, self.run_dir / "logs")
         serve = c.metrics_port >= 0
         self.metrics = MetricsServer(self._samples, c.metrics_port) if serve else None
         self.steps = StepLog(self.run_dir / "steps.csv")
@@ -145,10 +146,12 @@ class Controller:
         now = time.time()
         self.hang.observe(a.global_step(), now, float(f["step_time"]) if beat.rank == 0 else None)
         if a.first_step_at == beat.at and beat.rank == 0:
-            # The new attempt is past its restore: the old survivors may go.
+            # The new attempt is past its restore: the old survivors may go, and new spares
+            # warm up now (not during the restart, which they would slow down).
             for rank, _ in self.lingering:
                 rank.kill()
             self.lingering = []
+            self.pool.fill()
 
     # Failure detection
 
@@ -317,7 +320,6 @@ class Controller:
         )
         ranks = launch(self.pool, job)
         self.attempt = Attempt(self.run.attempt, ranks)
-        self.pool.fill()  # warm again long before the next failure, as a rule
         self.run.rank_pids = [r.pid for r in ranks]
         self.hang.reset(time.time())
         self.stragglers.reset()
