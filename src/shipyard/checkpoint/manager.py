@@ -38,9 +38,9 @@ from shipyard.checkpoint.publish import Publish, publish
 from shipyard.checkpoint.retention import Retention, apply_retention
 from shipyard.checkpoint.rng import capture_rng
 from shipyard.checkpoint.safetensors_io import raw_bytes, write_safetensors
+from shipyard.durable import fsync_dir
 from shipyard.errors import InvalidInput, NotFound, StorageError
 from shipyard.hashing import canonical_json
-from shipyard.loader.durable import fsync_dir
 from shipyard.provenance import code_version
 
 

@@ -16,9 +16,9 @@ import torch
 
 from shipyard.checkpoint.plan import Piece, TensorMeta
 from shipyard.checkpoint.safetensors_io import FileDigest
+from shipyard.durable import write_atomic
 from shipyard.errors import InvalidInput
 from shipyard.hashing import canonical_json
-from shipyard.loader.durable import write_atomic
 
 FORMAT = 1
 MANIFEST = "manifest.json"

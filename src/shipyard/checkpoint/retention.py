@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard.checkpoint.manifest import MANIFEST, committed, step_dirs
+from shipyard.durable import fsync_dir
 from shipyard.errors import InvalidInput
-from shipyard.loader.durable import fsync_dir
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from pathlib import Path
 import safetensors.torch
 import torch
 
+from shipyard.durable import fsync_dir, temp_path, write_fd
 from shipyard.errors import IntegrityError, NotFound
-from shipyard.loader.durable import fsync_dir, temp_path, write_fd
 
 _DTYPES = {
     torch.float64: "F64",

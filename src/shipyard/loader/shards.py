@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from shipyard.durable import fsync_dir, temp_path, write_atomic, write_fd
 from shipyard.errors import IntegrityError, InvalidInput, NotFound
-from shipyard.loader.durable import fsync_dir, temp_path, write_atomic, write_fd
 
 TOKEN_SHARD_VERSION = 1
 MAGIC = b"SHYTOKS\x00"

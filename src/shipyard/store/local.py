@@ -6,6 +6,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from shipyard.durable import fsync_dir, write_fd
 from shipyard.errors import NotFound, StorageError
 from shipyard.store.backend import ObjectInfo
 
@@ -51,9 +52,7 @@ class LocalBackend:
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
+                write_fd(fd, data)
                 if self.fsync:
                     os.fsync(fd)
             finally:
@@ -61,7 +60,7 @@ class LocalBackend:
             final.parent.mkdir(parents=True, exist_ok=True)
             os.replace(tmp, final)
             if self.fsync:
-                _fsync_dir(final.parent)
+                fsync_dir(final.parent)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
@@ -100,10 +99,3 @@ class LocalBackend:
                 continue
         return removed
 
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
