@@ -138,5 +138,17 @@ def test_simulate_command(tmp_path: Path) -> None:
         report = json.loads(result.stdout)
         assert report["jobs"] == 40 and report["unfinished"] == 0
         assert report["avg_jct"] >= sum(600 + 60 * k for k in range(40)) / 40
+        # 40 jobs of 1–8 GPUs on 16 GPUs keep the cluster busy for several hours.
+        series = report["fragmentation_series"]
+        assert [hour for hour, _, _ in series] == list(range(len(series)))
+        assert len(series) >= 2
+        assert all(0 <= free <= 16 and 0 <= frac <= 1 for _, free, frac in series)
+    csv = tmp_path / "frag.csv"
+    result = shipyard(
+        "scheduler", "simulate", "--trace", str(trace), "--fragmentation-csv", str(csv)
+    )
+    assert result.returncode == 0, result.stderr
+    lines = csv.read_text().splitlines()
+    assert lines[0] == "hour,free_gpus,scattered_fraction" and len(lines) >= 3
     unknown = shipyard("scheduler", "simulate", "--trace", str(trace), "--policy", "magic")
     assert unknown.returncode == 2 and "policy 'magic' unknown" in unknown.stderr

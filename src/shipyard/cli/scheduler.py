@@ -40,6 +40,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     sim.add_argument("--policy", default="shipyard", help="fifo, sjf, slurm or shipyard")
     sim.add_argument("--load-factor", type=float, default=1.0)
     sim.add_argument("--json", action="store_true", help="print the whole report as JSON")
+    sim.add_argument(
+        "--fragmentation-csv",
+        type=Path,
+        help="write free GPUs and their scattered fraction per simulated hour to this CSV",
+    )
     sim.set_defaults(func=_simulate)
 
     job = subparsers.add_parser("job", help="submit, cancel and inspect scheduler jobs")
@@ -91,6 +96,11 @@ def _simulate(args: argparse.Namespace) -> int:
     trace = load_philly(args.trace, load_factor=args.load_factor)
     vcs = load_vc_sizes(args.vcs or args.trace.with_name("philly_vc.csv"))
     report = simulate_trace(trace, vcs, args.policy)
+    if args.fragmentation_csv:
+        with open(args.fragmentation_csv, "w") as out:
+            out.write("hour,free_gpus,scattered_fraction\n")
+            for hour, free, scattered in report.fragmentation_series:
+                out.write(f"{hour},{free},{scattered:.4f}\n")
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
         return 0

@@ -41,6 +41,8 @@ class Report:
     per_team: dict[str, dict[str, float]] = field(default_factory=dict)
     chargeback: dict[str, dict[str, float]] = field(default_factory=dict)
     fragmentation: dict[str, float] = field(default_factory=dict)
+    # Hourly (hour since the first sample, free GPUs, fraction of them outside wholly free nodes).
+    fragmentation_series: list[tuple[int, int, float]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,7 +92,25 @@ def summarize(
             "avg_free_gpus": statistics.fmean(frees) if frees else 0.0,
             "avg_scattered_fraction": statistics.fmean(scattered) if scattered else 0.0,
         },
+        fragmentation_series=_hourly(samples),
     )
+
+
+def _hourly(samples: Sequence[tuple[float, int, int]]) -> list[tuple[int, int, float]]:
+    """Samples summed per hour: separate per-VC replays each contribute one sample an hour."""
+    if not samples:
+        return []
+    start = min(s[0] for s in samples)
+    free: dict[int, int] = {}
+    whole: dict[int, int] = {}
+    for at, free_gpus, whole_node_gpus in samples:
+        hour = int((at - start) // 3600)
+        free[hour] = free.get(hour, 0) + free_gpus
+        whole[hour] = whole.get(hour, 0) + whole_node_gpus
+    return [
+        (hour, free[hour], 1 - whole[hour] / free[hour] if free[hour] else 0.0)
+        for hour in sorted(free)
+    ]
 
 
 def _chargeback(records: Sequence[JobRecord]) -> dict[str, dict[str, float]]:

@@ -52,6 +52,10 @@ class Simulation:
         next_sample = 0.0
         while events:
             now = events[0][0]
+            # The state left by the last event held until now: sample it on each hour passed.
+            while next_sample <= now:
+                samples.append(_fragmentation(state, next_sample))
+                next_sample += SAMPLE_EVERY
             while events and events[0][0] == now:
                 _, kind, attempt, job_id = heapq.heappop(events)
                 if kind == 1:
@@ -76,9 +80,6 @@ class Simulation:
                 end = run.start + max(0.0, run.job.duration - run.job.done)
                 heapq.heappush(events, (end, 0, entry.attempt, run.job.id))
             queue.remove({run.job.id for run in decision.admitted})
-            if now >= next_sample:
-                samples.append(_fragmentation(state, now))
-                next_sample = now + SAMPLE_EVERY
         return [e.record for e in live.values()], samples
 
     @staticmethod
