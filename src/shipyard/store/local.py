@@ -98,4 +98,3 @@ class LocalBackend:
             except FileNotFoundError:
                 continue
         return removed
-
