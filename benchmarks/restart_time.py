@@ -12,6 +12,7 @@ started for the next kill). The machine is shared: figures vary from run to run.
 """
 
 import argparse
+import contextlib
 import csv
 import json
 import os
@@ -46,7 +47,7 @@ def make_tokens(root: Path) -> Path:
     return root
 
 
-def run_ours(kills: int, gap: float, work: Path) -> dict[str, object]:
+def run_ours(kills: int, gap: float, spares: int, work: Path) -> dict[str, object]:
     os.environ["SHIPYARD_HOME"] = str(work / "home")
     from shipyard.train import Controller, RunTable, TrainConfig, create_run
 
@@ -56,7 +57,12 @@ def run_ours(kills: int, gap: float, work: Path) -> dict[str, object]:
             "model": MODEL,
             "train": {"steps": 1_000_000, "checkpoint_every": 10},
             # stragglers are not measured here: no drains on this noisy shared machine
-            "controller": {"max_failures": kills + 10, "hang_min_s": 5.0, "straggler_factor": 10},
+            "controller": {
+                "max_failures": kills + 10,
+                "hang_min_s": 5.0,
+                "straggler_factor": 10,
+                "spares": spares,
+            },
             "chaos": {"mtbf_s": gap, "kinds": ["kill"], "seed": 1},
         }
     )
@@ -160,6 +166,15 @@ def start_torchrun(work: Path, kills: int, fix: bool) -> subprocess.Popen[bytes]
     )
 
 
+def stop_torchrun(proc: subprocess.Popen[bytes], trial_dir: Path) -> None:
+    """Kill the agent's group and its workers (which run in sessions of their own)."""
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    for pid_file in trial_dir.glob("pid-*"):
+        with contextlib.suppress(ProcessLookupError, ValueError):
+            os.kill(int(pid_file.read_text().split()[1]), signal.SIGKILL)
+
+
 def wait_for_restart(log: Path, restart: int, timeout: float) -> bool:
     """Wait until a step of torchrun restart number `restart` (or later) is logged."""
     deadline = time.monotonic() + timeout
@@ -186,7 +201,7 @@ def run_torchrun(
             proc = start_torchrun(trial_dir, kills, fix)
             current = 0
             if not wait_for_restart(log, 0, 120):
-                os.killpg(proc.pid, signal.SIGKILL)
+                stop_torchrun(proc, trial_dir)
                 proc = None
                 continue
         time.sleep(rng.expovariate(1.0 / gap))
@@ -204,12 +219,10 @@ def run_torchrun(
             first_restart_ok += int(last_restart_seen(log) == target)
             current = last_restart_seen(log)
         else:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            stop_torchrun(proc, trial_dir)
             proc = None
     if proc is not None:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_torchrun(proc, trial_dir)
     return {
         "median": statistics.median(times) if times else float("nan"),
         "p95": percentile(times, 95),
@@ -224,14 +237,17 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=50)
     parser.add_argument("--gap", type=float, default=2.0, help="mean seconds between kills")
     parser.add_argument("--timeout", type=float, default=30.0, help="per recovery, torchrun")
+    parser.add_argument(
+        "--spares", type=int, default=4, help="sets of warm spares (a set warms up in seconds)"
+    )
     parser.add_argument("--torchrun-worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.torchrun_worker:
         torchrun_worker(args.torchrun_worker)
         return
-    with tempfile.TemporaryDirectory(prefix="restart-time-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="restart-time-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
-        ours = run_ours(args.kills, args.gap, work)
+        ours = run_ours(args.kills, args.gap, args.spares, work)
         print(f"shipyard.train: {ours}", flush=True)
         fixed = run_torchrun(args.kills, args.gap, args.timeout, True, work)
         print(f"torchrun, TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1: {fixed}", flush=True)
@@ -246,6 +262,8 @@ def main() -> None:
                 "p95": ours["p95"],
                 "success_rate": ours["success_rate"],
                 "kills": args.kills,
+                "gap_s": args.gap,
+                "spare_sets": args.spares,
                 "baseline": fixed["median"],
                 "baseline_p95": fixed["p95"],
                 "baseline_fix_success_rate": fixed["success_rate"],

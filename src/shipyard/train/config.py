@@ -85,7 +85,7 @@ class ControllerConfig:
     skip_steps: int = 1  # data steps skipped after a NaN or spike
     lr_scale_on_spike: float = 1.0
     mtbf_prior_s: float = 3600.0
-    spares: bool = True
+    spares: int = 2  # sets of warm spare processes (world size each); 0 = cold starts
     metrics_port: int = -1  # Prometheus /metrics on this port; 0 = any free port, -1 = off
 
     def validate(self) -> None:
@@ -106,6 +106,7 @@ class ControllerConfig:
         _check(self.hang_min_s >= 0, "controller.hang_min_s", "must be >= 0")
         _check(self.spike_factor >= 0, "controller.spike_factor", "must be >= 0 (0 = off)")
         _check(self.metrics_port >= -1, "controller.metrics_port", "must be >= -1")
+        _check(self.spares >= 0, "controller.spares", "must be >= 0 (0 = no warm spares)")
 
 
 @dataclass(frozen=True)

@@ -56,8 +56,9 @@ class Controller:
         self.drain: tuple[int, int] | None = None  # (straggler rank, checkpoint step when flagged)
         self.straggler_count = 0
         self.receiver = Receiver(self.run.heartbeat_port if attach else 0)
-        # Two generations of spares: one is warm while the other warms up after a restart.
-        self.pool = SparePool(2 * world if c.spares else 0, self.run_dir / "logs")
+        # Sets of spares: one is warm while another warms up after a restart; more when
+        # failures come faster than a spare warms up (seconds, on a busy host).
+        self.pool = SparePool(c.spares * world, self.run_dir / "logs")
         serve = c.metrics_port >= 0
         self.metrics = MetricsServer(self._samples, c.metrics_port) if serve else None
         self.steps = StepLog(self.run_dir / "steps.csv")

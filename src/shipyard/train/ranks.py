@@ -19,6 +19,11 @@ from pathlib import Path
 from shipyard.train.worker import Assignment
 
 _counter = itertools.count()
+WARM_DIR = "SHIPYARD_TRAIN_WARM_DIR"  # where a spare says it is warm (see `worker.main`)
+
+
+def warm_marker(directory: Path, pid: int) -> Path:
+    return directory / f"warm-{pid}"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -30,7 +35,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def spawn_worker(log_dir: Path) -> subprocess.Popen[bytes]:
     log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"worker-{os.getpid()}-{next(_counter)}.log"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", WARM_DIR: str(log_dir)}
     with open(log, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "shipyard.train.worker"],
@@ -87,9 +92,14 @@ class SparePool:
             self._ready.append(spawn_worker(self.log_dir))
 
     def take(self) -> subprocess.Popen[bytes]:
-        """A warm spare, or (none left, or a pool of size 0) a fresh worker process."""
+        """A warm spare (else the oldest one, else a fresh worker process)."""
         self._ready = [p for p in self._ready if p.poll() is None]
-        return self._ready.pop(0) if self._ready else spawn_worker(self.log_dir)
+        if not self._ready:
+            return spawn_worker(self.log_dir)
+        warm = [p for p in self._ready if warm_marker(self.log_dir, p.pid).exists()]
+        chosen = (warm or self._ready)[0]
+        self._ready.remove(chosen)
+        return chosen
 
     def close(self) -> None:
         for proc in self._ready:  # a spare holds nothing yet: no need to wait for its warm-up

@@ -326,6 +326,8 @@ def main() -> None:
     """`python -m shipyard.train.worker`: the assignment comes as JSON on the first stdin line."""
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     warm_up()
+    if os.environ.get("SHIPYARD_TRAIN_WARM_DIR"):  # tell the pool this spare is ready
+        Path(os.environ["SHIPYARD_TRAIN_WARM_DIR"], f"warm-{os.getpid()}").touch()
     line = sys.stdin.readline()  # a warm spare waits here, torch already imported and warm
     if not line:
         sys.exit(0)  # the controller went away before using this spare
