@@ -7,7 +7,13 @@ import pyarrow.parquet as pq
 import pytest
 
 from shipyard.data import PipelineConfig, run_pipeline
-from shipyard.data.config import ExecutorConfig, ExtractConfig, FilterConfig, TokenizeConfig
+from shipyard.data.config import (
+    DecontamConfig,
+    ExecutorConfig,
+    ExtractConfig,
+    FilterConfig,
+    TokenizeConfig,
+)
 from shipyard.data.stages.extract import register_extractor
 from shipyard.data.tasks import FileTask, file_sha256, run_task
 from shipyard.data.warcpack import Page
@@ -110,6 +116,26 @@ def test_rerun_is_cached_and_a_changed_stage_recomputes_only_its_descendants(
     assert set(third.computed) == {"filters", "minhash", "pii", "decontam", "tokenize"}
     assert third.computed["filters"] == 2
     assert third.table_id != first.table_id
+
+
+def test_changed_benchmark_file_recomputes_decontamination(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path, tmp_path: Path
+) -> None:
+    bench = tmp_path / "bench.txt"
+    bench.write_text("nothing from the corpus is in this benchmark line at all today\n")
+    config = config_for(
+        corpus(make_warc),
+        decontam=DecontamConfig(benchmarks=(str(bench),)),
+        tokenize=TokenizeConfig(enabled=False),
+    )
+    first = run_pipeline(config, workspace, shipyard_home)
+    leaked = " ".join(english_text(3).split()[:20])
+    bench.write_text(leaked + "\n")
+    second = run_pipeline(config, workspace, shipyard_home)
+    assert set(second.computed) == {"decontam"}
+    funnel = {row["stage"]: row for row in second.report["survival"]["stages"]}
+    before = {row["stage"]: row for row in first.report["survival"]["stages"]}
+    assert funnel["decontam"]["out"] == before["decontam"]["out"] - 1
 
 
 def test_killed_run_resumes_from_committed_tasks(

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from shipyard.catalog import RunStatus
 from shipyard.data import stats as run_stats
+from shipyard.data.batch import QUARANTINE_SCHEMA
 from shipyard.data.config import PipelineConfig
 from shipyard.data.dedup import dedup_files, stats_dict
 from shipyard.data.executors import make_executor
@@ -170,7 +171,7 @@ def _annotate(
 def _quarantine(
     config: PipelineConfig, good: list[tuple[FileTask, TaskResult]], extra: list[dict[str, str]]
 ) -> tuple[pa.Table, Counter[str]]:
-    tables = [pa.Table.from_pylist(extra, schema=read_chain(config, "", "")[0].schema)]
+    tables = [pa.Table.from_pylist(extra, schema=QUARANTINE_SCHEMA)]
     policy: Counter[str] = Counter()
     for task, _ in good:
         table, counts = read_chain(config, task.file_hash, task.cache)

@@ -60,8 +60,12 @@ def stage_keys(config: PipelineConfig, file_hash: str) -> list[tuple[str, str]]:
     chain = [("read", READ_VERSION, "read")] + [
         (name, get_stage(name).version, get_stage(name).section) for name in DOC_STAGES
     ]
+    # decontamination depends on the benchmark files' contents, not only on their paths
+    benchmarks = [file_sha256(Path(p)) for p in config.decontam.benchmarks if Path(p).is_file()]
     for name, version, section in chain:
         material = [name, shipyard.__version__, version, config.section_hash(section), key]
+        if name == "decontam":
+            material += benchmarks
         key = sha256_hex(canonical_json(material))[:32]
         keys.append((name, key))
     return keys
