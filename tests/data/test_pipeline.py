@@ -167,8 +167,15 @@ def test_one_bad_task_never_fails_the_run(
 ) -> None:
     register_extractor("crashy", _crash_on_poison)
     make_warc("good.warc.gz", [Page("https://g.org/1", html_page(english_text(1)))])
-    folder = make_warc("bad.warc.gz", [Page("https://p.org/1", b"<p>POISON</p>")]).parent
-    config = config_for(folder, extract=ExtractConfig(engine="crashy"))
+    # Every attempt dies on a new record (each retry skips only the records that killed earlier
+    # attempts), so with one retry this task runs out of attempts.
+    poison = [Page(f"https://p.org/{i}", b"<p>POISON</p>") for i in range(3)]
+    folder = make_warc("bad.warc.gz", poison).parent
+    config = config_for(
+        folder,
+        extract=ExtractConfig(engine="crashy"),
+        executor=ExecutorConfig(kind="local", workers=2, max_retries=1),
+    )
     result = run_pipeline(config, workspace, shipyard_home)
     assert result.failed_tasks == ["bad.warc.gz"]
     assert result.report["quarantine"] == {"task": 1}

@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from shipyard.data.guard import POISON_REASON, RecordGuard
+
 Batch = dict[str, list[Any]]
 
 QUARANTINE_SCHEMA = pa.schema(
@@ -49,6 +51,7 @@ class Quarantine:
     source: str
     rows: list[dict[str, str]] = field(default_factory=list)
     policy: Counter[str] = field(default_factory=Counter)  # records dropped by rule, by rule
+    guard: RecordGuard | None = None  # the task's memory of records that killed a worker
 
     def count(self, rule: str) -> None:
         self.policy[rule] += 1
@@ -98,12 +101,19 @@ def guarded_map(
 ) -> tuple[list[int], list[T]]:
     """Apply `fn` to each row index; a row that raises or times out goes to quarantine.
 
-    Returns the surviving row indices and their results, in order.
+    Returns the surviving row indices and their results, in order. With a `RecordGuard` on the
+    quarantine, a row that killed the worker on an earlier attempt is quarantined, not re-run.
     """
     kept: list[int] = []
     results: list[T] = []
     ids = batch["doc_id"]
+    guard = quarantine.guard
     for i in range(len(ids)):
+        if guard and guard.is_poisoned(stage, ids[i]):
+            quarantine.add(ids[i], stage, POISON_REASON)
+            continue
+        if guard:
+            guard.enter(stage, ids[i])
         try:
             if timeout_s is None:
                 value = fn(i)
@@ -116,6 +126,9 @@ def guarded_map(
         except Exception as exc:
             quarantine.add(ids[i], stage, f"{type(exc).__name__}: {exc}")
             continue
+        finally:
+            if guard:
+                guard.leave()
         kept.append(i)
         results.append(value)
     return kept, results

@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 import shipyard
 from shipyard.data.batch import Batch, Quarantine, from_table, num_rows, to_table
 from shipyard.data.config import PipelineConfig
+from shipyard.data.guard import RecordGuard
 from shipyard.data.stages import DOC_STAGES, get_stage
 from shipyard.data.stages.read import read_warc
 from shipyard.hashing import canonical_json, sha256_hex
@@ -83,21 +84,27 @@ def run_task(task: FileTask) -> TaskResult:
         return TaskResult(task.path, str(dirs[-1]), ())
     source = Path(task.path).name
     computed = []
-    if done < 0:
-        quarantine = Quarantine(source)
-        batch = read_warc(Path(task.path), task.config.read, quarantine)
-        _commit(dirs[0], batch, quarantine, {})
-        computed.append("read")
-        done = 0
-    else:
-        batch = from_table(pq.read_table(dirs[done] / "data.parquet"))
-    for index in range(done + 1, len(keys)):
-        name = keys[index][0]
-        quarantine = Quarantine(source)
-        rows_in = num_rows(batch)
-        batch = get_stage(name)(task.config).process(batch, quarantine)
-        _commit(dirs[index], batch, quarantine, {"rows_in": rows_in})
-        computed.append(name)
+    guard = RecordGuard(Path(task.cache) / ".guard", keys[-1][1])
+    try:
+        if done < 0:
+            quarantine = Quarantine(source)
+            batch = read_warc(Path(task.path), task.config.read, quarantine)
+            _commit(dirs[0], batch, quarantine, {})
+            computed.append("read")
+            done = 0
+        else:
+            batch = from_table(pq.read_table(dirs[done] / "data.parquet"))
+        for index in range(done + 1, len(keys)):
+            name = keys[index][0]
+            quarantine = Quarantine(source, guard=guard)
+            rows_in = num_rows(batch)
+            batch = get_stage(name)(task.config).process(batch, quarantine)
+            _commit(dirs[index], batch, quarantine, {"rows_in": rows_in})
+            computed.append(name)
+    except BaseException:
+        guard.close(task_done=False)
+        raise
+    guard.close(task_done=True)
     return TaskResult(task.path, str(dirs[-1]), tuple(computed))
 
 

@@ -4,6 +4,7 @@ Retries, timeouts and per-task outcomes are handled here exactly as in the local
 one failing task is reported and the job goes on (Ray's own retry would re-raise on `get`).
 """
 
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -39,6 +40,10 @@ class RayExecutor:
         max_retries: int = 2,
         address: str | None = None,
     ):
+        if address is None:
+            # A cluster started here stays on loopback: Ray reads this switch at import time and
+            # otherwise binds every daemon to the host's outward-facing address.
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         self.ray = _ray()
         self.started = False
         if not self.ray.is_initialized():

@@ -1,0 +1,46 @@
+"""Remember which record a task was processing, so a record that kills its worker is skipped.
+
+A record that hangs inside native code (where SIGALRM cannot interrupt it) or crashes the
+process takes the whole attempt down; the executor kills or reaps it and retries the task. Before
+each guarded record the task writes `stage<TAB>doc_id` to an in-flight file beside its outputs
+and clears it after; the retry finds the name still there, adds it to the task's poison list, and
+quarantines that one record instead of running it again. One bad record never fails a task.
+"""
+
+import os
+from pathlib import Path
+
+POISON_REASON = "killed its worker on an earlier attempt (a hang in native code, or a crash)"
+
+
+class RecordGuard:
+    def __init__(self, folder: Path, task_key: str) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self._inflight = folder / f"{task_key}.inflight"
+        self._poison_file = folder / f"{task_key}.poison"
+        died_on = self._inflight.read_text() if self._inflight.exists() else ""
+        if died_on:
+            with open(self._poison_file, "a") as out:
+                out.write(died_on + "\n")
+        self._inflight.unlink(missing_ok=True)
+        lines = self._poison_file.read_text().splitlines() if self._poison_file.exists() else []
+        self.poisoned = {tuple(line.split("\t", 1)) for line in lines if "\t" in line}
+        self._fd = os.open(self._inflight, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+
+    def is_poisoned(self, stage: str, doc_id: str) -> bool:
+        return (stage, doc_id) in self.poisoned
+
+    def enter(self, stage: str, doc_id: str) -> None:
+        # No fsync: only a process death needs to see this, and the page cache outlives that.
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{stage}\t{doc_id}".encode(), 0)
+
+    def leave(self) -> None:
+        os.ftruncate(self._fd, 0)
+
+    def close(self, task_done: bool) -> None:
+        """Stop guarding; a finished task no longer needs its poison list."""
+        os.close(self._fd)
+        self._inflight.unlink(missing_ok=True)
+        if task_done:
+            self._poison_file.unlink(missing_ok=True)
