@@ -35,6 +35,13 @@ def test_extract_main_text_and_quarantine_undecodable() -> None:
     assert "undecodable" in quarantine.rows[0]["reason"]
 
 
+def test_trafilatura_extracts_the_same_main_text() -> None:
+    page = html_page(english_text(3), "Harbour news")
+    config = PipelineConfig("t", ("x",), extract=ExtractConfig(engine="trafilatura"))
+    out = get_stage("extract")(config).process(batch_of(html=[page]), Quarantine("f"))
+    assert english_text(3).split("\n\n")[1][:60] in out["text"][0]
+
+
 def test_hanging_extractor_costs_one_record_not_the_task() -> None:
     def slow(html: str, main: bool) -> str:
         if "hang" in html:

@@ -28,7 +28,7 @@ def _resiliparse(html: str, main_content: bool) -> str:
 
 
 def _trafilatura(html: str, main_content: bool) -> str:
-    import trafilatura  # type: ignore[import-not-found]  # optional: pip install trafilatura
+    import trafilatura
 
     return str(trafilatura.extract(html, include_comments=not main_content) or "")
 
