@@ -50,15 +50,18 @@ def words(text: str) -> list[str]:
 def _word_ids(texts: list[str]) -> tuple[U64, I64]:
     """Every word's 64-bit id, concatenated over `texts`, and each text's word count.
 
-    Lowercasing, splitting and trimming run in Arrow's C++ kernels and the words are hashed as
-    one array (`string_hashes`), so no Python code runs per word.
+    Lowercasing, splitting, trimming and finding the distinct words run in Arrow's C++ kernels and
+    the distinct words are hashed as one array (`string_hashes`), so no Python code runs per word.
     """
     lists = pc.utf8_split_whitespace(pc.utf8_lower(pa.array(texts, pa.large_string())))
     flat = pc.utf8_trim(lists.flatten(), characters=PUNCTUATION)
     nonempty = pc.greater(pc.utf8_length(flat), 0)
     parents = np.asarray(lists.value_parent_indices().filter(nonempty).to_numpy())
     lengths = np.bincount(parents, minlength=len(texts)).astype(np.int64)
-    return string_hashes(flat.filter(nonempty)), lengths
+    # Hash each distinct word once: a batch repeats its vocabulary many times over.
+    encoded = pc.dictionary_encode(flat.filter(nonempty))
+    indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    return string_hashes(encoded.dictionary)[indices], lengths
 
 
 def string_hashes(strings: pa.Array) -> U64:
