@@ -67,7 +67,7 @@ def report(run: TrainRun, table: RunTable, now: float | None = None) -> dict[str
         },
         "mean_restart_s": restart,
         "failures_by_kind": dict(Counter(str(f["kind"]) for f in failures)),
-        "failures": failures,
+        "failure_events": failures,
         "hangs": [
             {k: v for k, v in e.detail.items() if k != "stacks"} for e in events if e.kind == "hang"
         ],

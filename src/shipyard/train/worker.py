@@ -197,6 +197,7 @@ class Rank:
         next_save = self.step + self.interval(0, 0)
         shared = torch.zeros(3, dtype=torch.float64)  # mean of (loss, stall, step time)
         last_step_time = last_stall = 0.0
+        ended = time.perf_counter()
         while self.step < cfg.train.steps:
             started = time.perf_counter()
             data_step = self.sampler.spec.data_step(self.step)
@@ -238,7 +239,9 @@ class Rank:
                 next_save = self.step + self.interval(float(shared[2]), float(shared[1]))
             if cfg.train.gc_every and self.step % cfg.train.gc_every == 0:
                 gc.collect()
-            step_time = time.perf_counter() - started
+            # From the previous step's end, so that step times tile the attempt's wall time.
+            step_time = time.perf_counter() - ended
+            ended = time.perf_counter()
             last_step_time, last_stall = step_time, stall or last_stall
             self.beats.send(
                 "step",
