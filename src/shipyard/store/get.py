@@ -63,20 +63,21 @@ def _write_file(
     target.parent.mkdir(parents=True, exist_ok=True)
     if not target.parent.resolve().is_relative_to(root.resolve()):
         raise InvalidInput(f"{entry.path}: resolves outside the destination")
-    fetched = fetch_in_order(pieces.get_piece, (ref.hash for ref in entry.pieces))
-    with open(target, "wb") as out:
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        # Pieces land at their offsets with positional writes, several at once.
+        placed = fetch_in_order(lambda ref: pieces.copy_piece(ref, fd), entry.pieces)
         for index, ref in enumerate(entry.pieces):
             try:
-                data = next(fetched)
+                next(placed)
             except IntegrityError as exc:
                 raise IntegrityError(
                     f"{entry.path}: piece {index} at offset {ref.offset} — {exc}"
                 ) from None
-            if len(data) != ref.size:
-                raise IntegrityError(f"{entry.path}: piece {index} has {len(data)} bytes")
-            out.write(data)
             if progress:
                 progress(ref.size)
+    finally:
+        os.close(fd)
     os.chmod(target, entry.mode)
 
 
