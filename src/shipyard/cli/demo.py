@@ -1,8 +1,10 @@
 """`shipyard demo`: the main job on embedded defaults, end to end.
 
-Today: generate a small "dataset" and a small safetensors "model" trained on it, store both as
-artifacts with lineage, move the `demo-model` alias, materialize the model elsewhere, verify it
-and print its lineage. Later subsystems extend this into crawl → tokens → train → distribute.
+Runs the bundled Common Crawl excerpt (when `../shared/data` is present) through the data
+pipeline into token shards, trains a small model on them with one injected rank kill, registers
+it as `demo-trained`; stores a generated safetensors model with lineage to a generated dataset as
+`demo-model`, materializes and verifies it; pulls the trained model onto three local peers; and
+prints the trained model's lineage back to the crawl.
 """
 
 import argparse
@@ -67,7 +69,7 @@ def _demo(args: argparse.Namespace) -> int:
         dataset = ws.put(work / "dataset", "dataset", name="demo-dataset")
         print(f"dataset   {dataset.id}  ({dataset.size:,} bytes)")
         tokens = crawl_to_tokens(ws)  # the bundled crawl excerpt → token shards, when present
-        train_demo(ws, tokens, args.seed)  # a short run with one injected failure → demo-trained
+        trained = train_demo(ws, tokens, args.seed)  # one injected failure → demo-trained
         model = ws.put(work / "model", "model", inputs=[dataset.id, *tokens], piece_size=1 << 20)
         print(f"model     {model.id}  ({model.size:,} bytes, {model.file_count} files)")
         ws.move_alias(DEMO_ALIAS, model.id)
@@ -78,12 +80,12 @@ def _demo(args: argparse.Namespace) -> int:
             raise IntegrityError("; ".join(map(str, problems)))
         print(f"verified  {model.file_count} files materialized at a fresh path, every piece ok")
         origin = ws.pieces.backend.uri
-        for (host, port), got in pull_to_local_peers(origin, model.id, work / "peers"):
+        for (host, port), got in pull_to_local_peers(origin, trained, work / "peers"):
             print(
                 f"peer      {host}:{port} pulled {got.wanted_bytes:,} bytes: "
                 f"{got.bytes_from_peers:,} from peers, {got.bytes_from_origin:,} from the origin"
             )
-    print("lineage:")
-    for line in render_lineage(ws, model.id, ws.catalog.lineage(model.id, "up"), "up"):
+    print("lineage of the trained model:")
+    for line in render_lineage(ws, trained, ws.catalog.lineage(trained, "up"), "up"):
         print("  " + line)
     return 0

@@ -72,6 +72,10 @@ class Server:
                 await asyncio.wait_for(writer.drain(), timeout)
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, ShipyardError):
             pass  # the requester sees a closed connection and tries elsewhere
+        except asyncio.CancelledError:
+            # The daemon is stopping. Ending the handler normally, rather than as a cancelled
+            # task, keeps asyncio's stream callback (Python 3.11) from logging a traceback.
+            pass
         finally:
             self.connections.discard(task)
             writer.close()
