@@ -6,6 +6,7 @@ see the final name, which appears by an atomic rename once the bytes are on disk
 
 import os
 import uuid
+from collections.abc import Iterable
 from pathlib import Path
 
 
@@ -31,11 +32,19 @@ def write_fd(fd: int, data: bytes | memoryview) -> None:
 
 def write_atomic(final: Path, data: bytes | memoryview, *, sync_dir: bool = True) -> None:
     """Write `data` to `final` so that `final` is never seen half-written."""
+    write_chunks_atomic(final, [data], sync_dir=sync_dir)
+
+
+def write_chunks_atomic(
+    final: Path, chunks: Iterable[bytes | memoryview], *, sync_dir: bool = True
+) -> None:
+    """Write `chunks` one after another to `final`, never seen half-written."""
     tmp = temp_path(final)
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
-            write_fd(fd, data)
+            for chunk in chunks:
+                write_fd(fd, chunk)
             os.fsync(fd)
         finally:
             os.close(fd)

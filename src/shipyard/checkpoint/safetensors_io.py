@@ -7,14 +7,14 @@ the reader is the `safetensors` library. No pickle anywhere.
 
 import hashlib
 import json
-import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import safetensors.torch
 import torch
 
-from shipyard.durable import fsync_dir, temp_path, write_fd
+from shipyard.durable import write_chunks_atomic
 from shipyard.errors import IntegrityError, NotFound
 
 _DTYPES = {
@@ -63,23 +63,15 @@ def write_safetensors(path: Path, tensors: list[tuple[str, torch.Tensor]]) -> Fi
     head += b" " * (-len(head) % 8)  # the data starts 8-byte aligned
     prefix = len(head).to_bytes(8, "little") + head
     digest = hashlib.sha256(prefix)
-    tmp = temp_path(path)
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        try:
-            write_fd(fd, prefix)
-            for _, tensor in tensors:
-                data = raw_bytes(tensor)
-                digest.update(data)
-                write_fd(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+
+    def chunks() -> Iterator[memoryview | bytes]:
+        yield prefix
+        for _, tensor in tensors:
+            data = raw_bytes(tensor)
+            digest.update(data)  # hashed as it is written: no second read of the file
+            yield data
+
+    write_chunks_atomic(path, chunks())
     return FileDigest(len(prefix) + offset, digest.hexdigest())
 
 

@@ -4,9 +4,7 @@ progress, and optionally write the files to a directory, verifying every piece a
 
 import asyncio
 import os
-import shutil
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,7 @@ from shipyard.distribute.wire import Header, request
 from shipyard.errors import IntegrityError, InvalidInput, StorageError
 from shipyard.hashing import sha256_hex
 from shipyard.store import Manifest, PieceStore
+from shipyard.store.get import staged
 
 Progress = Callable[[int, int], None]  # (held bytes, wanted bytes)
 
@@ -131,9 +130,7 @@ class _Puller:
     async def _write(self, manifest: Manifest, dest: Path, only: set[str] | None) -> None:
         """Build the files in a staging directory, then rename it to `dest`. A partial pull
         leaves holes (sparse ranges) where unselected pieces would be."""
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        staging = dest.parent / f".{dest.name}.partial-{uuid.uuid4().hex[:12]}"
-        try:
+        with staged(dest) as staging:
             for entry in manifest.files:
                 target = staging / entry.path
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -144,9 +141,3 @@ class _Puller:
                             out.seek(ref.offset)
                             out.write(await self._piece(ref.hash))
                 os.chmod(target, entry.mode)
-            if dest.exists():
-                dest.rmdir()
-            os.replace(staging, dest)
-        except BaseException:
-            shutil.rmtree(staging, ignore_errors=True)
-            raise

@@ -7,7 +7,8 @@ piece has been verified, so a failed get leaves DEST exactly as it was.
 import os
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,6 +38,16 @@ def materialize(
     pieces: PieceStore, manifest: Manifest, dest: Path, progress: Progress | None = None
 ) -> None:
     """Write the artifact's files under `dest`, which must be absent or an empty directory."""
+    with staged(dest) as staging:
+        for entry in manifest.files:
+            _write_file(pieces, entry, staging, progress)
+
+
+@contextmanager
+def staged(dest: Path) -> Iterator[Path]:
+    """A fresh hidden directory beside `dest` to build files in. When the block succeeds it
+    replaces `dest` (which must be absent or an empty directory); when it fails it is removed and
+    `dest` is left as it was."""
     dest = Path(dest)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise InvalidInput(f"destination {dest} exists and is not an empty directory")
@@ -44,8 +55,7 @@ def materialize(
     staging = dest.parent / f".{dest.name}.partial-{uuid.uuid4().hex[:12]}"
     staging.mkdir()
     try:
-        for entry in manifest.files:
-            _write_file(pieces, entry, staging, progress)
+        yield staging
         if dest.exists():
             dest.rmdir()
         os.replace(staging, dest)
