@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
-from shipyard.data.executors.base import Outcome
+from shipyard.data.executors.base import Attempts, Outcome
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -50,33 +50,24 @@ class LocalExecutor:
         tasks: list[T],
         on_done: Callable[[int, Outcome[R]], None] | None = None,
     ) -> list[Outcome[R]]:
-        outcomes: list[Outcome[R] | None] = [None] * len(tasks)
-        attempts = [0] * len(tasks)
-        queue = list(range(len(tasks)))
+        book: Attempts[R] = Attempts(len(tasks), self.max_retries, on_done)
         running: list[_Attempt] = []
-        while queue or running:
-            while queue and len(running) < self.workers:
-                index = queue.pop(0)
-                attempts[index] += 1
+        while book.waiting or running:
+            while book.waiting and len(running) < self.workers:
+                index = book.start()
                 running.append(self._start(fn, tasks[index], index))
             ready = wait([a.conn for a in running] + [a.process.sentinel for a in running], 0.2)
             now = time.monotonic()
             for attempt in list(running):
-                error = self._finished(attempt, ready, now)
-                if error is False:
+                result = self._finished(attempt, ready, now)
+                if result is False:
                     continue
                 running.remove(attempt)
-                i = attempt.index
-                if isinstance(error, tuple):
-                    outcomes[i] = Outcome(error[0], None, attempts[i])
-                elif attempts[i] <= self.max_retries:
-                    queue.append(i)
-                    continue
+                if isinstance(result, tuple):
+                    book.succeeded(attempt.index, result[0])
                 else:
-                    outcomes[i] = Outcome(None, error, attempts[i])
-                if on_done:
-                    on_done(i, outcomes[i])  # type: ignore[arg-type]
-        return [o for o in outcomes if o is not None]
+                    book.failed(attempt.index, result)
+        return book.outcomes()
 
     def _start(self, fn: Callable[[T], R], task: T, index: int) -> _Attempt:
         parent, child = _CTX.Pipe(duplex=False)

@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from shipyard.data.executors.base import Outcome
+from shipyard.data.executors.base import Attempts, Outcome
 from shipyard.errors import InvalidInput
 
 T = TypeVar("T")
@@ -66,43 +66,32 @@ class RayExecutor:
         tasks: list[T],
         on_done: Callable[[int, Outcome[R]], None] | None = None,
     ) -> list[Outcome[R]]:
-        outcomes: dict[int, Outcome[R]] = {}
-        attempts = [0] * len(tasks)
+        book: Attempts[R] = Attempts(len(tasks), self.max_retries, on_done)
         fn_ref = self.ray.put(fn)
         pending: dict[Any, tuple[int, float]] = {}
-
-        def submit(i: int) -> None:
-            attempts[i] += 1
-            ref = self.remote.remote(fn_ref, tasks[i])
-            pending[ref] = (i, time.monotonic() + self.task_timeout_s)
-
         # at most `workers` in flight, so a task's timeout runs from when it can start
-        queue = list(range(len(tasks)))
-        while queue or pending:
-            while queue and len(pending) < self.workers:
-                submit(queue.pop(0))
+        while book.waiting or pending:
+            while book.waiting and len(pending) < self.workers:
+                index = book.start()
+                ref = self.remote.remote(fn_ref, tasks[index])
+                pending[ref] = (index, time.monotonic() + self.task_timeout_s)
             ready, _ = self.ray.wait(list(pending), num_returns=1, timeout=0.5)
             now = time.monotonic()
             for ref in list(pending):
-                i, deadline = pending[ref]
+                index, deadline = pending[ref]
                 if ref in ready:
-                    error = self._result(ref)
+                    result = self._result(ref)
                 elif now > deadline:
                     self.ray.cancel(ref, force=True)
-                    error = f"timed out after {self.task_timeout_s:g}s"
+                    result = f"timed out after {self.task_timeout_s:g}s"
                 else:
                     continue
                 del pending[ref]
-                if isinstance(error, tuple):
-                    outcomes[i] = Outcome(error[0], None, attempts[i])
-                elif attempts[i] <= self.max_retries:
-                    queue.append(i)
-                    continue
+                if isinstance(result, tuple):
+                    book.succeeded(index, result[0])
                 else:
-                    outcomes[i] = Outcome(None, error, attempts[i])
-                if on_done:
-                    on_done(i, outcomes[i])
-        return [outcomes[i] for i in range(len(tasks))]
+                    book.failed(index, result)
+        return book.outcomes()
 
     def _result(self, ref: Any) -> Any:
         try:
