@@ -59,8 +59,7 @@ class Controller:
         # Sets of spares: one is warm while another warms up after a restart; more when
         # failures come faster than a spare warms up (seconds, on a busy host).
         self.pool = SparePool(c.spares * world, self.run_dir / "logs")
-        serve = c.metrics_port >= 0
-        self.metrics = MetricsServer(self._samples, c.metrics_port) if serve else None
+        self.metrics = MetricsServer(self._samples, c.metrics_port) if c.metrics_port >= 0 else None
         self.steps = StepLog(self.run_dir / "steps.csv")
         self._saved_at = 0.0
 

@@ -50,7 +50,7 @@ class MetricsServer:
                 self.wfile.write(body)
 
             def log_message(self, *args: object) -> None:
-                pass
+                """Scrapes are not logged: Prometheus polls every few seconds."""
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = int(self._server.server_address[1])

@@ -100,4 +100,4 @@ class LocalExecutor:
         return False
 
     def close(self) -> None:
-        pass
+        """Nothing to release: each attempt's process is reaped when the attempt ends."""

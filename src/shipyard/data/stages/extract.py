@@ -41,7 +41,7 @@ def register_extractor(name: str, fn: Extractor) -> None:
 
 
 class UndecodableError(ValueError):
-    pass
+    """A page whose bytes do not decode to text in any plausible encoding."""
 
 
 def decode_html(raw: bytes) -> str:
