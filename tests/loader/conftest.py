@@ -8,11 +8,15 @@ import pytest
 from shipyard.loader import TokenDatasetWriter
 
 
-def write_dataset(directory: Path, seed: int, docs: int, vocab: int = 5000) -> Path:
+def write_dataset(
+    directory: Path, seed: int, docs: int, vocab: int = 5000, empty: float = 0.0
+) -> Path:
+    """`docs` random documents of 1..119 tokens, a share `empty` of them left empty."""
     rng = np.random.default_rng(seed)
     with TokenDatasetWriter(directory, vocab, shard_tokens=2000) as writer:
         for _ in range(docs):
-            writer.add(rng.integers(0, vocab, int(rng.integers(1, 120))))
+            length = 0 if empty and rng.random() < empty else int(rng.integers(1, 120))
+            writer.add(rng.integers(0, vocab, length))
     return directory
 
 

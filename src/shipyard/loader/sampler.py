@@ -9,9 +9,11 @@ repeats nothing. Nothing is saved but the step.
 """
 
 import bisect
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -19,8 +21,10 @@ import numpy.typing as npt
 from shipyard.errors import InvalidInput
 from shipyard.loader.dataset import TokenDataset
 from shipyard.loader.mixing import Mixture
-from shipyard.loader.packing import PackedSource
+from shipyard.loader.packing import PackedSource, Run
 from shipyard.loader.spec import LoaderSpec
+
+Ids = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -34,7 +38,38 @@ class Batch:
     tokens: npt.NDArray[np.int64]  # (samples, seq_len)
     sources: npt.NDArray[np.int64]  # index into spec.sources, per sample
     sample_ids: npt.NDArray[np.int64]  # that source's running sample number, per sample
-    doc_starts: list[list[int]]  # per sample, offsets where a document begins
+    _doc_starts: Callable[[], list[list[int]]] = field(repr=False, compare=False)
+
+    @cached_property
+    def doc_starts(self) -> list[list[int]]:
+        """Per sample, offsets where a document begins (worked out on first use: most callers
+        never ask, and building the lists costs as much as copying the tokens)."""
+        return self._doc_starts()
+
+
+class _Layout(NamedTuple):
+    """Which source each row of a rank's part reads, and which of that source's samples.
+
+    It depends only on where the part starts within the mixture period and its length, so it
+    is computed once and reused by every step that starts there.
+    """
+
+    sources: Ids  # per row (read-only: shared by every step with this layout)
+    rank_in_source: Ids  # per row: its index among its source's rows
+    before: list[int]  # per source: its samples in the period before the part starts
+    counts: list[int]  # per source: rows it fills
+    rows: list[npt.NDArray[np.intp]]  # per source: the rows it fills, in order
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(mixture: Mixture, rest: int, length: int) -> _Layout:
+    sources, before = mixture.assign(rest, rest + length)
+    at_rest = mixture.counts(rest)
+    rank_in_source = before - at_rest[sources]
+    rows = [np.flatnonzero(sources == src) for src in range(len(mixture.weights))]
+    for array in (sources, rank_in_source, *rows):
+        array.setflags(write=False)
+    return _Layout(sources, rank_in_source, at_rest.tolist(), [len(r) for r in rows], rows)
 
 
 def rank_range(global_batch: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -59,50 +94,66 @@ class Sampler:
         self._mixtures = [Mixture(p.weights) for p in spec.phases]
         # Each phase's first global position and each source's count before it.
         self._phase_starts = [spec.data_step(p.start_step) * batch for p in spec.phases]
-        self._bases = [np.zeros(len(spec.sources), dtype=np.int64)]
+        self._bases = [[0] * len(spec.sources)]
         for i in range(1, len(self._mixtures)):
             span = self._phase_starts[i] - self._phase_starts[i - 1]
-            self._bases.append(self._bases[-1] + self._mixtures[i - 1].counts(span))
+            self._bases.append((self._bases[-1] + self._mixtures[i - 1].counts(span)).tolist())
 
     def _phase(self, position: int) -> int:
         return bisect.bisect_right(self._phase_starts, position) - 1
+
+    def _plan(self, data_step: int, rank: int, world_size: int) -> tuple[_Layout, list[int]]:
+        """The layout of `rank`'s part of `data_step`'s batch and each source's first sample."""
+        lo, hi = rank_range(self.spec.global_batch, rank, world_size)
+        position = data_step * self.spec.global_batch
+        p = self._phase(position)
+        start = position - self._phase_starts[p] + lo
+        mixture = self._mixtures[p]
+        cycles, rest = divmod(start, mixture.period)
+        layout = _layout(mixture, rest, hi - lo)
+        # In Python ints: for two or three sources numpy's per-call cost would dominate.
+        first = [
+            base + cycles * w + b
+            for base, w, b in zip(self._bases[p], mixture.weights, layout.before, strict=True)
+        ]
+        return layout, first
 
     def sample_ids(
         self, step: int, rank: int = 0, world_size: int = 1
     ) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """(source, source sample number) of each sample this rank reads at `step`."""
-        lo, hi = rank_range(self.spec.global_batch, rank, world_size)
-        first = self.spec.data_step(step) * self.spec.global_batch
-        p = self._phase(first)
-        offset = first - self._phase_starts[p]
-        sources, before = self._mixtures[p].assign(offset + lo, offset + hi)
-        return sources, self._bases[p][sources] + before
+        layout, first = self._plan(self.spec.data_step(step), rank, world_size)
+        return layout.sources.copy(), _sample_ids(layout, first)
 
     def consumed(self, step: int) -> dict[str, int]:
         """Samples drawn from each source before training step `step` (skipped ones included)."""
         position = self.spec.data_step(step) * self.spec.global_batch
         p = self._phase(position)
-        counts = self._bases[p] + self._mixtures[p].counts(position - self._phase_starts[p])
+        counts = np.add(self._bases[p], self._mixtures[p].counts(position - self._phase_starts[p]))
         return {s.name: int(c) for s, c in zip(self.spec.sources, counts, strict=True)}
 
     def batch(self, step: int, rank: int = 0, world_size: int = 1) -> Batch:
-        sources, ids = self.sample_ids(step, rank, world_size)
-        tokens = np.empty((len(ids), self.spec.seq_len), dtype=np.int64)
-        doc_starts: list[list[int]] = [[] for _ in range(len(ids))]
-        for src in np.unique(sources).tolist():
-            rows = np.flatnonzero(sources == src)
-            part = self.sources[src].read(ids[rows], tokens, rows)
-            for row, starts in zip(rows.tolist(), part, strict=True):
-                doc_starts[row] = starts
+        data_step = self.spec.data_step(step)
+        layout, first = self._plan(data_step, rank, world_size)
+        tokens = np.empty((len(layout.sources), self.spec.seq_len), dtype=np.int64)
+        runs = []
+        for source, f, n, rows in zip(self.sources, first, layout.counts, layout.rows, strict=True):
+            run = source.run(f, n)
+            runs.append(run)
+            # Each source's samples, gathered back to back, go to its rows, widened on the way.
+            if n and n == len(tokens):
+                np.copyto(tokens.reshape(-1), run.tokens, casting="safe")
+            elif n:
+                tokens[rows] = run.tokens.reshape(n, -1)
         return Batch(
             step,
-            self.spec.data_step(step),
+            data_step,
             rank,
             world_size,
             tokens,
-            sources,
-            ids,
-            doc_starts,
+            layout.sources.copy(),
+            _sample_ids(layout, first),
+            functools.partial(_doc_starts, layout, runs),
         )
 
     def position(self, step: int) -> dict[str, Any]:
@@ -117,3 +168,16 @@ class Sampler:
             },
             "spec": self.spec.to_dict(),
         }
+
+
+def _doc_starts(layout: _Layout, runs: list[Run]) -> list[list[int]]:
+    starts: list[list[int]] = [[] for _ in range(len(layout.sources))]
+    for rows, run in zip(layout.rows, runs, strict=True):
+        for row, row_starts in zip(rows.tolist(), run.doc_starts(), strict=True):
+            starts[row] = row_starts
+    return starts
+
+
+def _sample_ids(layout: _Layout, first: list[int]) -> Ids:
+    ids: Ids = np.array(first, dtype=np.int64)[layout.sources] + layout.rank_in_source
+    return ids

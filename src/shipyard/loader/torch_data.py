@@ -6,7 +6,7 @@ for this rank; resuming is `make_dataloader(spec, rank, world, start_step=step)`
 """
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -14,6 +14,8 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 from shipyard.errors import InvalidInput
 from shipyard.loader.sampler import Sampler
 from shipyard.loader.spec import LoaderSpec
+
+T = TypeVar("T")
 
 
 class TokenBatches(IterableDataset[dict[str, Any]]):
@@ -64,6 +66,20 @@ def make_dataloader(
 ) -> DataLoader[dict[str, Any]]:
     """Batches for `rank` from `start_step` on, one per step, in step order."""
     dataset = TokenBatches(spec, rank, world_size, start_step, stop_step)
+    return wrap(
+        dataset, num_workers=num_workers, prefetch_factor=prefetch_factor, pin_memory=pin_memory
+    )
+
+
+def wrap(
+    dataset: IterableDataset[T],
+    *,
+    num_workers: int = 2,
+    prefetch_factor: int = 4,
+    pin_memory: bool = False,
+) -> DataLoader[T]:
+    """The DataLoader configuration `make_dataloader` uses, around any per-step dataset (the
+    benchmark wraps its baseline in it to compare like with like)."""
     return DataLoader(
         dataset,
         batch_size=None,
