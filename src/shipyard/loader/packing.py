@@ -30,25 +30,29 @@ class Epoch(NamedTuple):
     ends: npt.NDArray[np.int64]  # cumulative token ends in that order
 
 
+Part = tuple[Epoch, int, int, int]  # (epoch, first sample, samples, seq_len): where a run reads
+
+
 class Run(NamedTuple):  # a tuple: made for every source of every batch, so cheap to make
     """Consecutive samples of one source: their tokens back to back (read-only, `seq_len` each)."""
 
     tokens: npt.NDArray[Any]
-    parts: tuple[tuple[Epoch, int, int, int], ...]  # (epoch, first sample, samples, seq_len)
+    parts: tuple[Part, ...]  # one per epoch the run touches
 
-    def doc_starts(self) -> list[list[int]]:
-        """Per sample, the offsets at which a (non-empty) document begins."""
-        starts: list[list[int]] = []
-        for (_, ends), first, count, seq_len in self.parts:
-            lo, hi = first * seq_len, (first + count) * seq_len
-            j0, j1 = ends.searchsorted((lo, hi - 1), side="right")
-            begins = ends[j0 - 1 : j1] if j0 else np.concatenate([[0], ends[:j1]])
-            kept = begins[(ends[j0 : j1 + 1] > begins) & (begins >= lo)] - lo
-            rows: list[list[int]] = [[] for _ in range(count)]
-            for row, offset in zip(*np.divmod(kept, seq_len), strict=True):
-                rows[row].append(int(offset))
-            starts += rows
-        return starts
+
+def doc_starts(parts: tuple[Part, ...]) -> list[list[int]]:
+    """Per sample of a run, the offsets at which a (non-empty) document begins."""
+    starts: list[list[int]] = []
+    for (_, ends), first, count, seq_len in parts:
+        lo, hi = first * seq_len, (first + count) * seq_len
+        j0, j1 = ends.searchsorted((lo, hi - 1), side="right")
+        begins = ends[j0 - 1 : j1] if j0 else np.concatenate([[0], ends[:j1]])
+        kept = begins[(ends[j0 : j1 + 1] > begins) & (begins >= lo)] - lo
+        rows: list[list[int]] = [[] for _ in range(count)]
+        for row, offset in zip(*np.divmod(kept, seq_len), strict=True):
+            rows[row].append(int(offset))
+        starts += rows
+    return starts
 
 
 class PackedSource:
@@ -90,7 +94,7 @@ class PackedSource:
     def run(self, first: int, count: int) -> Run:
         """Samples `first .. first+count-1`, copied out of the shards back to back."""
         views: list[memoryview] = []
-        parts: list[tuple[Epoch, int, int, int]] = []
+        parts: list[Part] = []
         shards, size, seq_len = self._bytes, self._dtype.itemsize, self.seq_len
         while count > 0:
             e, i = divmod(first, self.per_epoch)

@@ -21,7 +21,7 @@ import numpy.typing as npt
 from shipyard.errors import InvalidInput
 from shipyard.loader.dataset import TokenDataset
 from shipyard.loader.mixing import Mixture
-from shipyard.loader.packing import PackedSource, Run
+from shipyard.loader.packing import PackedSource, Part, doc_starts
 from shipyard.loader.spec import LoaderSpec
 
 Ids = npt.NDArray[np.int64]
@@ -43,7 +43,7 @@ class Batch:
     @cached_property
     def doc_starts(self) -> list[list[int]]:
         """Per sample, offsets where a document begins (worked out on first use: most callers
-        never ask, and building the lists costs as much as copying the tokens)."""
+        never ask, and building the lists costs about as much as gathering the tokens)."""
         return self._doc_starts()
 
 
@@ -61,7 +61,7 @@ class _Layout(NamedTuple):
     rows: list[npt.NDArray[np.intp]]  # per source: the rows it fills, in order
 
 
-@functools.lru_cache(maxsize=256)
+@functools.lru_cache(maxsize=256)  # a few entries per world size in practice; bounded anyway
 def _layout(mixture: Mixture, rest: int, length: int) -> _Layout:
     sources, before = mixture.assign(rest, rest + length)
     at_rest = mixture.counts(rest)
@@ -153,7 +153,8 @@ class Sampler:
             tokens,
             layout.sources.copy(),
             _sample_ids(layout, first),
-            functools.partial(_doc_starts, layout, runs),
+            # Only where the runs read is kept, not their tokens.
+            functools.partial(_doc_starts, layout, [run.parts for run in runs]),
         )
 
     def position(self, step: int) -> dict[str, Any]:
@@ -170,10 +171,10 @@ class Sampler:
         }
 
 
-def _doc_starts(layout: _Layout, runs: list[Run]) -> list[list[int]]:
+def _doc_starts(layout: _Layout, parts: list[tuple[Part, ...]]) -> list[list[int]]:
     starts: list[list[int]] = [[] for _ in range(len(layout.sources))]
-    for rows, run in zip(layout.rows, runs, strict=True):
-        for row, row_starts in zip(rows.tolist(), run.doc_starts(), strict=True):
+    for rows, part in zip(layout.rows, parts, strict=True):
+        for row, row_starts in zip(rows.tolist(), doc_starts(part), strict=True):
             starts[row] = row_starts
     return starts
 
