@@ -13,7 +13,7 @@ slices, widened to int64. The page cache is warm throughout.
   also what this benchmark measured before, so figures stay comparable.
 - held mappings (`held_*`): the same, re-reading the same steps through mappings kept warm
   across rounds: the pure copy cost, where the baseline is one streaming read and the sampler a
-  gather of ~80 randomly placed segments per batch.
+  gather of ~45 randomly placed documents per batch.
 - through the torch DataLoader (`dataloader_ratio`): the adapter (`make_dataloader`) against the
   same sequential read wrapped in the same DataLoader configuration (`torch_data.wrap`: same
   workers, prefetch and batch shape), and `dataloader_transport_ceiling`, workers yielding a
