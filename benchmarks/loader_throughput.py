@@ -9,8 +9,8 @@ slices, widened to int64. The page cache is warm throughout.
 - first pass (the headline `value` / `baseline` / `ratio`): `Sampler.batch` in this process
   against the baseline, each side reading once through shards it has just mapped, so both pay
   for mapping the pages they touch. This is how training reads: `shipyard.train.worker` calls
-  `Sampler.batch` in the training process, and a pretraining epoch touches each page once. It is
-  also what this benchmark measured before, so figures stay comparable.
+  `Sampler.batch` in the training process, and a pretraining epoch touches each page once. Both
+  sides mapped fresh is also how this benchmark measured before.
 - held mappings (`held_*`): the same, re-reading the same steps through mappings kept warm
   across rounds: the pure copy cost, where the baseline is one streaming read and the sampler a
   gather of ~45 randomly placed documents per batch.
