@@ -28,13 +28,15 @@ from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 
 PORT = 7000
 ORIGIN_PORT = 8000
-# The origin: a static HTTP server over the store directory (object storage stand-in), with a
+# The origin: a static HTTP/1.1 server over the store directory (object storage stand-in), with a
 # listen backlog deep enough that N hosts connecting at once are not dropped.
 ORIGIN_SERVER = """
 import functools, http.server, sys
 class Server(http.server.ThreadingHTTPServer):
     request_queue_size = 1024
-handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=sys.argv[3])
+class Handler(http.server.SimpleHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as object stores do
+handler = functools.partial(Handler, directory=sys.argv[3])
 Server((sys.argv[1], int(sys.argv[2])), handler).serve_forever()
 """
 TRIGGER = """
@@ -89,11 +91,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rate-mbit", type=float, default=100.0, help="each host's link, each way")
     p.add_argument("--origin-rate-mbit", type=float, default=100.0)
     p.add_argument("--size-mib", type=int, default=256)
-    p.add_argument("--piece-mib", type=int, default=1)
+    p.add_argument("--piece-mib", type=float, default=1.0)
     p.add_argument("--chaos", action="store_true", help="kill 25%% of hosts at 30%% progress")
     p.add_argument("--chaos-origin", action="store_true", help="kill the origin once pieces x2")
     p.add_argument("--baseline-size-mib", type=int, help="origin-only run size (default: size)")
     p.add_argument("--no-baseline", action="store_true")
+    p.add_argument(
+        "--queue-ms", type=float, default=100.0,
+        help="tbf queue per link, in ms of traffic (100: a deep FIFO; switches buffer less)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--workdir", type=Path, help="stores go here (default: /dev/shm if it fits)")
@@ -105,7 +111,7 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
-def make_artifact(work: Path, size_mib: int, piece_mib: int) -> tuple[Path, Manifest]:
+def make_artifact(work: Path, size_mib: int, piece_mib: float) -> tuple[Path, Manifest]:
     src = work / "src"
     src.mkdir()
     rng = random.Random(1)
@@ -113,7 +119,9 @@ def make_artifact(work: Path, size_mib: int, piece_mib: int) -> tuple[Path, Mani
         for _ in range(size_mib):
             out.write(rng.randbytes(1 << 20))
     store = work / "origin"
-    manifest = put_tree(PieceStore(LocalBackend(store, fsync=False)), src, "model", piece_mib << 20)
+    manifest = put_tree(
+        PieceStore(LocalBackend(store, fsync=False)), src, "model", int(piece_mib * (1 << 20))
+    )
     return store, manifest
 
 
@@ -275,7 +283,7 @@ def main() -> None:
     # A tmpfs keeps a contended shared disk out of the measurement when memory allows.
     parent = args.workdir or (Path("/dev/shm") if shm > 2 * need else None)
     work = Path(tempfile.mkdtemp(prefix="shipyard-fanout-", dir=parent))
-    rig = Rig(f"{os.getpid() % 100000}")
+    rig = Rig(f"{os.getpid() % 100000}", args.queue_ms)
     try:
         result = bench(args, rig, work)
     finally:
@@ -328,6 +336,13 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         for _, before, m in resumed
     )  # fmt: skip
     origin_bytes = origin_piece_bytes(origin_log, sizes)
+    counters = [metrics(h) for h in hosts if h.name not in run.dead]
+    hedged = sum(m.get("shipyard_peer_hedged_requests_total", 0) for m in counters)
+    failed = {
+        reason: int(sum(m.get(f'shipyard_peer_request_failures_total{{source="{reason}"}}', 0)
+                        for m in counters))
+        for reason in ("busy", "peer", "origin")
+    }  # fmt: skip
     result: dict[str, object] = {
         "name": "fanout",
         "value": round(t_swarm / bound, 3),
@@ -340,10 +355,13 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "rate_mbit": args.rate_mbit,
         "size_mib": args.size_mib,
         "piece_mib": args.piece_mib,
+        "queue_ms": args.queue_ms,
         "chaos": args.chaos,
         "chaos_origin": args.chaos_origin,
         "events": run.events,
         "restarted_hosts_refetched_pieces": refetched if resumed else None,
+        "hedged_requests": int(hedged),
+        "failed_requests": failed,
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "machine_cpu_busy": round(machine_busy, 3),
         "swarm_cpu_s_per_host": round(

@@ -21,8 +21,9 @@ def sh(*args: str) -> None:
 
 
 class Rig:
-    def __init__(self, tag: str) -> None:
+    def __init__(self, tag: str, queue_ms: float = 100.0) -> None:
         self.tag = tag
+        self.queue_ms = queue_ms  # the longest a packet may wait in a link's shaper
         self.namespaces: list[str] = []
         self.procs: list[subprocess.Popen[bytes]] = []
         self.bridge_ns = self._namespace("br")
@@ -58,13 +59,12 @@ class Rig:
         self._shape(self.bridge_ns, port, rate_mbit)
         return ns, ip
 
-    @staticmethod
-    def _shape(ns: str, dev: str, rate_mbit: float) -> None:
+    def _shape(self, ns: str, dev: str, rate_mbit: float) -> None:
         # Room for a whole 64 KiB GSO super-packet: a smaller bucket makes tbf split every one
         # into MTU-sized packets, multiplying the kernel's per-packet work ~45 times.
         burst = max(256_000, int(rate_mbit * 1e6 / 8 / 250))
         sh("tc", "-n", ns, "qdisc", "add", "dev", dev, "root", "tbf", "rate", f"{rate_mbit}mbit",
-           "burst", str(burst), "latency", "100ms")  # fmt: skip
+           "burst", str(burst), "latency", f"{self.queue_ms}ms")  # fmt: skip
 
     def spawn(self, ns: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
         """Start `args` inside `ns` in its own process group (so a kill takes its children)."""

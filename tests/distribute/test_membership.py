@@ -2,7 +2,7 @@
 
 import random
 
-from shipyard.distribute.membership import HaveMap, Membership
+from shipyard.distribute.membership import HaveMap, Membership, encode_bits
 from shipyard.distribute.picker import (
     Availability,
     choose_peer,
@@ -82,3 +82,21 @@ def test_rarest_first_and_least_loaded_peer() -> None:
     assert choose_peer(["a", "b"], {"a": 1}, 2, rng) == "b"
     assert choose_peer(["a", "b"], {"a": 2, "b": 2}, 2, rng) is None
     assert {choose_peer(["a", "b"], {}, 2, rng) for _ in range(20)} == {"a", "b"}  # no herding
+
+
+def test_direct_have_news_adds_to_gossip_and_bad_news_is_ignored() -> None:
+    a = Membership("a:1", [], dead_after=3)
+    b = Membership("b:1", [], dead_after=3)
+    b.beat({"art": HaveMap(True, 0b0011)})
+    a.merge(b.view())
+    a.note_have("b:1", "art", encode_bits(0b1100))  # fresher than b's last heartbeat
+    a.note_have("b:1", "art", "not base64!")
+    a.note_have("a:1", "art", encode_bits(0b1))  # news of itself is not taken from others
+    have = a.have_of("b:1", "art")
+    assert have == HaveMap(True, 0b1111)
+    assert a.have_of("a:1", "art") is None and a.wants_all("b:1", "art")
+
+
+def test_availability_ignores_bits_past_the_last_piece() -> None:
+    avail = Availability({"a": HaveMap(True, 0b1 | 1 << 200)}, 4)  # a stray bit from gossip
+    assert avail.counts.tolist() == [1, 0, 0, 0]

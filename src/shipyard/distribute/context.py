@@ -2,12 +2,14 @@
 
 import asyncio
 import random
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.metrics import Metrics
 from shipyard.distribute.origin import Origin
+from shipyard.distribute.transfer import Connections
 from shipyard.distribute.wire import Pool
 from shipyard.store import PieceStore
 
@@ -24,11 +26,26 @@ class Context:
     load: dict[str, int] = field(default_factory=dict)  # open requests per peer, all artifacts
     busy_until: dict[str, float] = field(default_factory=dict)  # peers whose slots were full
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    pool: Pool = field(init=False)
+    pool: Pool = field(init=False)  # asyncio connections for the control plane
+    connections: Connections = field(init=False)  # blocking ones for piece transfers
+    transfers: ThreadPoolExecutor = field(init=False)  # piece downloads, hashing and writes
 
     def __post_init__(self) -> None:
-        self.pool = Pool(self.config.per_peer_inflight + 1)
+        per_peer = self.config.per_peer_inflight + 1
+        self.pool = Pool(per_peer)
+        self.connections = Connections(per_peer)
+        # A thread per open request (peers and origin) and per upload slot, plus room to store
+        # finished pieces, so a blocked transfer never delays writing a completed one.
+        cfg = self.config
+        workers = cfg.max_inflight + cfg.origin_inflight + cfg.upload_slots + 2
+        self.transfers = ThreadPoolExecutor(workers, thread_name_prefix="transfer")
         self.metrics.set("shipyard_peer_blamed_peers", 0)
+
+    def close(self) -> None:
+        """Close idle connections; running transfers finish or fail on their own sockets."""
+        self.pool.close()
+        self.connections.close()
+        self.transfers.shutdown(wait=False, cancel_futures=True)
 
     def blame(self, peer: str) -> None:
         """`peer` sent bytes that failed verification: never ask it for anything again."""

@@ -57,7 +57,7 @@ class PeerDaemon:
                 manifest = await asyncio.to_thread(self.ctx.store.get_manifest, artifact)
                 await self._adopt(artifact, manifest)
         ops = {"gossip": self._on_gossip, "fetch": self._on_fetch, "status": self._on_status}
-        self._handler = Server(self.ctx, ops)
+        self._handler = Server(self.ctx, ops, self._held)
         self._server = await asyncio.start_server(self._handler.handle, *self.ctx.config.listen)
         self.ctx.membership.beat(self._haves())
         self._gossiper = asyncio.get_running_loop().create_task(self._gossip_loop())
@@ -72,7 +72,7 @@ class PeerDaemon:
             self._server.close()
         if self._handler:
             await self._handler.close()
-        self.ctx.pool.close()
+        self.ctx.close()
 
     # Artifacts
 
@@ -168,6 +168,10 @@ class PeerDaemon:
         return {"view": self.ctx.membership.view()}
 
     # Gossip
+
+    def _held(self, artifact: str) -> int | None:
+        holding = self.holdings.get(artifact)
+        return holding.held if holding else None
 
     def _haves(self) -> dict[str, Any]:
         return {art: h.have_map() for art, h in self.holdings.items()}

@@ -8,18 +8,21 @@ moment (pipelining). Pieces already on disk at start are never fetched again (re
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
-from shipyard.distribute.membership import HaveMap
+from shipyard.distribute.membership import HaveMap, encode_bits
 from shipyard.distribute.picker import (
     Availability,
     choose_peer,
     rarest_first,
     rendezvous_owners,
 )
-from shipyard.distribute.wire import PeerBusy, PeerUnavailable, request
+from shipyard.distribute.transfer import PieceCall, fetch_piece
+from shipyard.distribute.wire import PeerBusy
 from shipyard.errors import IntegrityError, ShipyardError
 from shipyard.store import Manifest
 from shipyard.store.pieces import piece_key
@@ -28,6 +31,8 @@ ORIGIN = "origin"
 TICK = 0.25
 BUSY_BACKOFF = 0.2  # seconds before asking a peer whose upload slots were full again
 SETTLE_ROUNDS = 2  # gossip rounds a new fetch waits so owners agree before touching the origin
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -133,7 +138,7 @@ class Holding:
     def _availability(self) -> Availability:
         haves = {}
         for member in self.ctx.membership.alive():
-            have = self.ctx.membership.records[member].haves.get(self.artifact)
+            have = self.ctx.membership.have_of(member, self.artifact)
             if have is not None and member not in self.ctx.blamed:
                 haves[member] = have
         return Availability(haves, len(self.hashes))
@@ -143,22 +148,31 @@ class Holding:
         avail = self._availability()
         now = time.monotonic()
         unassigned = [i for i in self.missing() if i not in self.inflight]
+        free = self._free_peers(avail, now)
         for index in rarest_first(unassigned, avail.counts, self.ctx.rng):
-            if self._open_requests() >= cfg.max_inflight:
-                break
-            who = self.ctx.choosable(avail.holders(index), now)
+            if not free or self._open_requests() >= cfg.max_inflight:
+                break  # nobody left to ask: the rest of the pieces wait for the next round
+            who = [p for p in avail.holders(index) if p in free]
             peer = choose_peer(who, self.ctx.load, cfg.per_peer_inflight, self.ctx.rng)
             if peer is not None:
                 self._start(index, peer)
+                if self.ctx.load[peer] >= cfg.per_peer_inflight:
+                    free.discard(peer)
         self._fetch_owned_from_origin(unassigned, avail)
         self._hedge(avail, endgame=not unassigned)
+
+    def _free_peers(self, avail: Availability, now: float) -> set[str]:
+        """Members this peer may send another request to right now."""
+        limit = self.ctx.config.per_peer_inflight
+        members = self.ctx.choosable(avail.members, now)
+        return {m for m in members if self.ctx.load.get(m, 0) < limit}
 
     def _fetch_owned_from_origin(self, unassigned: list[int], avail: Availability) -> None:
         """Pieces no live peer holds come from the origin, but only through their owners."""
         if self.ctx.origin is None or time.monotonic() < self.origin_after:
             return
-        records = self.ctx.membership.records
-        interested = [m for m in avail.members if records[m].haves[self.artifact].full]
+        membership = self.ctx.membership
+        interested = [m for m in avail.members if membership.wants_all(m, self.artifact)]
         owned = self._owned(tuple(sorted([*interested, self.ctx.membership.me])))
         for index in unassigned:
             if self.ctx.load.get(ORIGIN, 0) >= self.ctx.config.origin_inflight:
@@ -208,7 +222,7 @@ class Holding:
                 return  # a hedged twin won the race
             # Hashing and the file write run off the event loop: a slow disk must not stall
             # every other transfer and the gossip this daemon answers.
-            await asyncio.to_thread(self.ctx.store.put_verified_piece, piece_hash, memoryview(data))
+            await self._blocking(self.ctx.store.put_verified_piece, piece_hash, memoryview(data))
         except IntegrityError:
             self.ctx.metrics.inc("shipyard_peer_pieces_corrupt_total")
             if source != ORIGIN:
@@ -227,21 +241,40 @@ class Holding:
             self.ctx.changed.set()
         self._stored(index, source, len(data))
 
-    async def _download(self, piece_hash: str, source: str) -> bytes:
-        cfg = self.ctx.config
+    async def _download(self, piece_hash: str, source: str) -> bytes | bytearray:
         if source == ORIGIN:
             assert self.ctx.origin is not None
-            return await asyncio.to_thread(self.ctx.origin.get, piece_key(piece_hash))
-        _, body = await request(
-            parse_address(source),
-            {"op": "piece", "hash": piece_hash},
-            cfg.connect_timeout,
-            cfg.idle_timeout,
-            self.ctx.pool,
-        )
-        if body is None:
-            raise PeerUnavailable(f"peer {source} sent no bytes for {piece_hash[:16]}")
+            return await self._blocking(self.ctx.origin.get, piece_key(piece_hash))
+        cfg = self.ctx.config
+        call = PieceCall()
+        # The request carries this peer's have-map and the reply the sender's, so both learn
+        # of each other's newest pieces at once instead of a few gossip rounds later.
+        header = {
+            "op": "piece",
+            "hash": piece_hash,
+            "artifact": self.artifact,
+            "from": self.ctx.membership.me,
+            "have": encode_bits(self.held),
+        }
+        try:
+            reply, body = await self._blocking(
+                fetch_piece,
+                call,
+                parse_address(source),
+                header,
+                cfg.connect_timeout,
+                cfg.idle_timeout,
+                self.ctx.connections,
+            )
+        except asyncio.CancelledError:
+            call.abort()  # the worker thread is blocked on the socket: end its receive now
+            raise
+        self.ctx.membership.note_have(source, self.artifact, reply.get("have"))
         return body
+
+    async def _blocking(self, fn: Callable[..., T], *args: object) -> T:
+        """Run `fn` on the daemon's transfer threads."""
+        return await asyncio.get_running_loop().run_in_executor(self.ctx.transfers, fn, *args)
 
     def _failed(self, source: str) -> None:
         reason = "origin" if source == ORIGIN else "peer"

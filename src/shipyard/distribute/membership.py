@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 FORGET_AFTER = 60.0
 
 
@@ -29,11 +27,6 @@ class HaveMap:
     def has(self, index: int) -> bool:
         return (self.bits >> index) & 1 == 1
 
-    def array(self, pieces: int) -> np.ndarray:
-        """The map as `pieces` booleans (bit i of the integer is piece i)."""
-        raw = np.frombuffer(self.bits.to_bytes((pieces + 7) // 8, "little"), dtype=np.uint8)
-        return np.unpackbits(raw, bitorder="little")[:pieces].astype(bool)
-
 
 @dataclass(frozen=True)
 class Record:
@@ -41,12 +34,18 @@ class Record:
     haves: dict[str, HaveMap]
 
 
-def _bits_b64(bits: int) -> str:
+def encode_bits(bits: int) -> str:
+    """A have-map's bits as base64 of their little-endian bytes."""
     return base64.b64encode(bits.to_bytes((bits.bit_length() + 7) // 8, "little")).decode()
 
 
+def decode_bits(text: Any) -> int:
+    """The inverse of `encode_bits`; raises ValueError or TypeError when malformed."""
+    return int.from_bytes(base64.b64decode(text, validate=True), "little")
+
+
 def encode_record(record: Record) -> list[Any]:
-    haves = {art: [h.full, _bits_b64(h.bits)] for art, h in record.haves.items()}
+    haves = {art: [h.full, encode_bits(h.bits)] for art, h in record.haves.items()}
     return [record.heartbeat, haves]
 
 
@@ -55,12 +54,7 @@ def decode_record(raw: Any) -> Record:
     heartbeat, haves = raw
     return Record(
         int(heartbeat),
-        {
-            str(art): HaveMap(
-                bool(full), int.from_bytes(base64.b64decode(bits, validate=True), "little")
-            )
-            for art, (full, bits) in haves.items()
-        },
+        {str(art): HaveMap(bool(full), decode_bits(bits)) for art, (full, bits) in haves.items()},
     )
 
 
@@ -79,6 +73,12 @@ class Membership:
         self.dead_after = dead_after
         self.clock = clock
         self.records: dict[str, Record] = {}
+        self.version = 0  # bumped whenever another member's record or standing changes
+        self._encoded: dict[str, Any] = {}  # each record as gossiped, re-sent without re-encoding
+        # Pieces members told this peer of directly, on piece requests and replies: fresher than
+        # their gossiped records. Pieces are never unlearned (they stay on disk), so bits only
+        # accumulate until the member is forgotten.
+        self._direct: dict[str, dict[str, int]] = {}
         self._heard: dict[str, float] = {}
         self._failed: dict[str, float] = {}
         self._floor: dict[str, int] = {}  # highest heartbeat ever seen, so old news stays dead
@@ -88,28 +88,60 @@ class Membership:
         previous = self.records.get(self.me)
         heartbeat = max(time.time_ns() // 1_000_000, previous.heartbeat + 1 if previous else 0)
         self.records[self.me] = Record(heartbeat, haves)
+        self._encoded[self.me] = encode_record(self.records[self.me])
         self._heard[self.me] = self.clock()
 
     def merge(self, view: dict[str, Any]) -> None:
-        """Fold a gossiped view in; malformed entries are skipped, not trusted."""
+        """Fold a gossiped view in; malformed entries are skipped, not trusted. Most entries
+        repeat news already heard, so the heartbeat is compared before anything is decoded."""
         now = self.clock()
         for member, raw in view.items():
             if member == self.me or not isinstance(member, str):
                 continue
             try:
+                if int(raw[0]) <= self._floor.get(member, -1):
+                    continue
                 record = decode_record(raw)
-            except (ValueError, TypeError, KeyError):
+            except (ValueError, TypeError, KeyError, IndexError):
                 continue
-            if record.heartbeat > self._floor.get(member, -1):
-                self.records[member] = record
-                self._floor[member] = record.heartbeat
-                self._heard[member] = now
-                self._failed.pop(member, None)
+            self.records[member] = record
+            self._encoded[member] = encode_record(record)  # canonical, whatever the sender wrote
+            self._floor[member] = record.heartbeat
+            self._heard[member] = now
+            self._failed.pop(member, None)
+            self.version += 1
+
+    def note_have(self, member: str, artifact: str, encoded: Any) -> None:
+        """Fold in a have-map `member` sent directly; a malformed one is ignored."""
+        if member == self.me or encoded is None:
+            return
+        try:
+            bits = decode_bits(encoded)
+        except (ValueError, TypeError):
+            return
+        known = self._direct.setdefault(member, {})
+        known[artifact] = known.get(artifact, 0) | bits
+
+    def have_of(self, member: str, artifact: str) -> HaveMap | None:
+        """What `member` holds of `artifact`, from gossip and direct news together."""
+        record = self.records.get(member)
+        gossiped = record.haves.get(artifact) if record else None
+        direct = self._direct.get(member, {}).get(artifact)
+        if gossiped is None and direct is None:
+            return None
+        full = gossiped.full if gossiped else False
+        return HaveMap(full, (gossiped.bits if gossiped else 0) | (direct or 0))
+
+    def wants_all(self, member: str, artifact: str) -> bool:
+        record = self.records.get(member)
+        have = record.haves.get(artifact) if record else None
+        return have is not None and have.full
 
     def fail(self, member: str) -> None:
         """A direct connection to `member` failed: stop choosing it until it shows signs of life."""
         if member != self.me:
             self._failed[member] = self.clock()
+            self.version += 1
 
     def is_alive(self, member: str) -> bool:
         if member == self.me:
@@ -126,9 +158,7 @@ class Membership:
     def view(self) -> dict[str, Any]:
         """What this peer gossips: its own record and those of members it believes alive."""
         self._forget()
-        return {
-            m: encode_record(r) for m, r in self.records.items() if m == self.me or self.is_alive(m)
-        }
+        return {m: self._encoded[m] for m in self.records if m == self.me or self.is_alive(m)}
 
     def gossip_targets(self, fanout: int, rng: random.Random) -> list[str]:
         """A few random live members, plus a seed while this peer knows too few of them."""
@@ -144,5 +174,8 @@ class Membership:
         for member in [m for m, t in self._heard.items() if now - t > FORGET_AFTER]:
             if member != self.me:
                 self.records.pop(member, None)
+                self._encoded.pop(member, None)
+                self._direct.pop(member, None)
                 self._heard.pop(member, None)
                 self._failed.pop(member, None)
+                self.version += 1

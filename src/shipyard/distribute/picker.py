@@ -29,8 +29,10 @@ class Availability:
 
     def __init__(self, haves: Mapping[str, HaveMap], pieces: int) -> None:
         self.members = list(haves)
-        rows = [haves[m].array(pieces) for m in self.members]
-        self.matrix = np.stack(rows) if rows else np.zeros((0, pieces), dtype=bool)
+        width, mask = (pieces + 7) // 8, (1 << pieces) - 1  # gossip may carry stray high bits
+        packed = b"".join((haves[m].bits & mask).to_bytes(width, "little") for m in self.members)
+        rows = np.frombuffer(packed, dtype=np.uint8).reshape(len(self.members), width)
+        self.matrix = np.unpackbits(rows, axis=1, count=pieces, bitorder="little").astype(bool)
         self.counts = self.matrix.sum(axis=0)
 
     def holders(self, index: int) -> list[str]:

@@ -1,15 +1,20 @@
 """The daemon's listener: answers gossip, have-map, manifest, piece, fetch and status requests,
 and `GET /metrics`. Pieces go out with zero-copy `sendfile` from the local store when it is a
-directory, optionally under an upload rate limit shared by all connections.
+directory, from a transfer thread (see `transfer`), or from the event loop when an upload rate
+limit shared by all connections paces them.
 """
 
 import asyncio
+import contextlib
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from shipyard.distribute.context import Context
+from shipyard.distribute.membership import encode_bits
+from shipyard.distribute.transfer import send_piece
 from shipyard.distribute.wire import HTTP_PREFIX, Header, PeerBusy, encode, read_header
 from shipyard.errors import NotFound, ShipyardError
 from shipyard.store import LocalBackend
@@ -41,10 +46,17 @@ class Throttle:
 
 
 class Server:
-    def __init__(self, ctx: Context, ops: Mapping[str, Callable[[Header], Awaitable[Any]]]) -> None:
-        """`ops` maps the daemon's own operations (fetch, status, gossip) to their coroutines."""
+    def __init__(
+        self,
+        ctx: Context,
+        ops: Mapping[str, Callable[[Header], Awaitable[Any]]],
+        held: Callable[[str], int | None],
+    ) -> None:
+        """`ops` maps the daemon's own operations (fetch, status, gossip) to their coroutines;
+        `held(artifact)` is the have-map bits of an artifact this peer holds, or None."""
         self.ctx = ctx
         self.ops = ops
+        self.held = held
         limit = ctx.config.upload_limit_bps
         self.throttle = Throttle(limit) if limit else None
         self.uploads = 0
@@ -90,7 +102,7 @@ class Server:
                     raise PeerBusy(f"all {self.uploads} upload slots are in use")
                 self.uploads += 1
                 try:
-                    await self._piece(str(header["hash"]), writer)
+                    await self._piece(header, writer)
                 finally:
                     self.uploads -= 1
             elif op == "manifest":
@@ -109,11 +121,21 @@ class Server:
         except (KeyError, TypeError, ValueError) as exc:
             writer.write(encode({"error": f"malformed {op} request: {exc!r}"}))
 
-    async def _piece(self, piece_hash: str, writer: asyncio.StreamWriter) -> None:
+    async def _piece(self, request: Header, writer: asyncio.StreamWriter) -> None:
+        piece_hash = str(request["hash"])
+        artifact, requester = request.get("artifact"), request.get("from")
+        reply: Header = {}
+        if isinstance(artifact, str):
+            # Swap have-maps with the requester: see `Holding._download`.
+            if isinstance(requester, str):
+                self.ctx.membership.note_have(requester, artifact, request.get("have"))
+            held = self.held(artifact)
+            if held is not None:
+                reply["have"] = encode_bits(held)
         backend = self.ctx.store.backend
         if not isinstance(backend, LocalBackend):
             data = await asyncio.to_thread(self.ctx.store.get_piece, piece_hash)
-            writer.write(encode({"size": len(data)}))
+            writer.write(encode(reply | {"size": len(data)}))
             await self._send_bytes(data, writer)
             self.ctx.metrics.inc("shipyard_peer_bytes_sent_total", len(data))
             return
@@ -123,15 +145,39 @@ class Server:
             raise NotFound(f"piece {piece_hash[:16]} is not held here") from None
         with handle:
             size = os.fstat(handle.fileno()).st_size
-            writer.write(encode({"size": size}))
-            loop = asyncio.get_running_loop()
-            step = _SLICE if self.throttle else max(size, 1)  # slices only to pace a limit
-            for offset in range(0, size, step):
-                count = min(step, size - offset)
-                if self.throttle:
-                    await self.throttle.take(count)
-                await loop.sendfile(writer.transport, handle, offset, count)
+            header = encode(reply | {"size": size})
+            if self.throttle is None and writer.transport.get_write_buffer_size() == 0:
+                await self._send_on_thread(writer, header, handle.fileno(), size)
+            else:  # paced, or earlier replies still queued in the transport: stay in the loop
+                writer.write(header)
+                loop = asyncio.get_running_loop()
+                step = _SLICE if self.throttle else max(size, 1)
+                for offset in range(0, size, step):
+                    count = min(step, size - offset)
+                    if self.throttle:
+                        await self.throttle.take(count)
+                    await loop.sendfile(writer.transport, handle, offset, count)
         self.ctx.metrics.inc("shipyard_peer_bytes_sent_total", size)
+
+    async def _send_on_thread(
+        self, writer: asyncio.StreamWriter, header: bytes, file_fd: int, size: int
+    ) -> None:
+        """`send_piece` on a transfer thread, writing to the connection's socket directly."""
+        sock = writer.get_extra_info("socket")
+        loop = asyncio.get_running_loop()
+        timeout = self.ctx.config.idle_timeout
+        sending = loop.run_in_executor(
+            self.ctx.transfers, send_piece, sock.fileno(), header, file_fd, size, timeout
+        )
+        try:
+            await asyncio.shield(sending)
+        except asyncio.CancelledError:
+            # The thread still uses both descriptors: end its send, and let it return before
+            # the file and the connection are closed under it.
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            await asyncio.wait([sending])
+            raise
 
     async def _send_bytes(self, data: bytes, writer: asyncio.StreamWriter) -> None:
         for offset in range(0, len(data), _SLICE):

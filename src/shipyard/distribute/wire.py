@@ -135,10 +135,15 @@ async def request(
         pool.give(address, stream)
     else:
         stream[1].close()
+    check_reply(reply, where)
+    return reply, body
+
+
+def check_reply(reply: Header, where: str) -> None:
+    """Raise `PeerBusy` or `PeerUnavailable` when a reply from `where` carries an error."""
     if reply.get("error"):
         kind = PeerBusy if reply.get("kind") == "PeerBusy" else PeerUnavailable
         raise kind(f"peer {where}: {reply['error']}")
-    return reply, body
 
 
 async def _exchange(
