@@ -5,6 +5,7 @@ import random
 from shipyard.distribute.membership import HaveMap, Membership, encode_bits
 from shipyard.distribute.picker import (
     Availability,
+    RelayPlan,
     choose_peer,
     rarest_first,
     rendezvous_owners,
@@ -100,3 +101,23 @@ def test_direct_have_news_adds_to_gossip_and_bad_news_is_ignored() -> None:
 def test_availability_ignores_bits_past_the_last_piece() -> None:
     avail = Availability({"a": HaveMap(True, 0b1 | 1 << 200)}, 4)  # a stray bit from gossip
     assert avail.counts.tolist() == [1, 0, 0, 0]
+
+
+def test_relay_trees_agree_across_peers_and_spread_the_uploads() -> None:
+    members = [f"10.0.0.{i}:7000" for i in range(16)]
+    hashes = [f"{i:064x}" for i in range(400)]
+    plans = {m: RelayPlan(hashes, members, m, fanout=2, owners=1) for m in members}
+    uploads = dict.fromkeys(members, 0)
+    for index in range(len(hashes)):
+        roots = [m for m in members if plans[m].parents[index] is None]
+        assert len(roots) == 1 and index in plans[roots[0]].owned
+        for member in members:
+            parent = plans[member].parents[index]
+            if parent is not None:  # the parent's own plan names this member as its child
+                assert member in plans[parent].children[index]
+            uploads[member] += len(plans[member].children[index])
+            assert len(plans[member].children[index]) <= 2
+    # Every piece is uploaded once per non-root member, and no uplink carries much more than
+    # its share (15/16 of a copy per piece on average).
+    assert sum(uploads.values()) == 15 * len(hashes)
+    assert max(uploads.values()) < 1.4 * 15 * len(hashes) / 16

@@ -43,6 +43,8 @@ class DaemonConfig:
     origin_inflight: int = 1
     upload_slots: int = 4
     origin_replicas: int = 1
+    relay_fanout: int = 2
+    relay_patience: float = 2.0
     upload_limit_bps: float | None = None
 
     def __post_init__(self) -> None:
@@ -54,6 +56,7 @@ class DaemonConfig:
             "connect_timeout": self.connect_timeout,
             "idle_timeout": self.idle_timeout,
             "hedge_after": self.hedge_after,
+            "relay_patience": self.relay_patience,
         }
         for name, value in positive.items():
             if not value > 0:
@@ -65,6 +68,7 @@ class DaemonConfig:
             "origin_inflight": self.origin_inflight,
             "upload_slots": self.upload_slots,
             "origin_replicas": self.origin_replicas,
+            "relay_fanout": self.relay_fanout,
         }
         for name, count in counts.items():
             if count < 1:

@@ -56,7 +56,12 @@ class PeerDaemon:
             with contextlib.suppress(ShipyardError):
                 manifest = await asyncio.to_thread(self.ctx.store.get_manifest, artifact)
                 await self._adopt(artifact, manifest)
-        ops = {"gossip": self._on_gossip, "fetch": self._on_fetch, "status": self._on_status}
+        ops = {
+            "gossip": self._on_gossip,
+            "have": self._on_have,
+            "fetch": self._on_fetch,
+            "status": self._on_status,
+        }
         self._handler = Server(self.ctx, ops, self._held)
         self._server = await asyncio.start_server(self._handler.handle, *self.ctx.config.listen)
         self.ctx.membership.beat(self._haves())
@@ -160,6 +165,14 @@ class PeerDaemon:
         if artifact not in self.holdings:
             raise NotFound(f"artifact {artifact} is not held or being fetched here")
         return self.holdings[artifact].status()
+
+    async def _on_have(self, header: Header) -> dict[str, Any]:
+        """A peer stored a piece this one gets from it in a relay tree: schedule at once."""
+        member, artifact = header.get("from"), header.get("artifact")
+        if isinstance(member, str) and isinstance(artifact, str):
+            self.ctx.membership.note_have(member, artifact, header.get("have"))
+            self.ctx.changed.set()
+        return {"ok": True}
 
     async def _on_gossip(self, header: Header) -> dict[str, Any]:
         view = header.get("view")

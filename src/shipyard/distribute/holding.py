@@ -17,12 +17,12 @@ from shipyard.distribute.context import Context
 from shipyard.distribute.membership import HaveMap, encode_bits
 from shipyard.distribute.picker import (
     Availability,
+    RelayPlan,
     choose_peer,
     rarest_first,
-    rendezvous_owners,
 )
 from shipyard.distribute.transfer import PieceCall, fetch_piece
-from shipyard.distribute.wire import PeerBusy
+from shipyard.distribute.wire import Header, PeerBusy, request
 from shipyard.errors import IntegrityError, ShipyardError
 from shipyard.store import Manifest
 from shipyard.store.pieces import piece_key
@@ -56,7 +56,11 @@ class Holding:
     inflight: dict[int, list[Transfer]] = field(default_factory=dict)
     origin_after: float = 0.0
     _wanted_bits: int = 0
-    _owned_cache: tuple[tuple[str, ...], set[int]] = field(default_factory=lambda: ((), set()))
+    _relay: tuple[tuple[str, ...], RelayPlan] | None = None
+    _seen: dict[int, float] = field(
+        default_factory=dict
+    )  # when a missing piece was first seen held
+    _notices: set["asyncio.Task[None]"] = field(default_factory=set)
     _runner: "asyncio.Task[None] | None" = None
 
     def __post_init__(self) -> None:
@@ -144,22 +148,48 @@ class Holding:
         return Availability(haves, len(self.hashes))
 
     def _schedule(self) -> None:
-        cfg = self.ctx.config
         avail = self._availability()
+        plan = self._plan(avail)
         now = time.monotonic()
         unassigned = [i for i in self.missing() if i not in self.inflight]
         free = self._free_peers(avail, now)
-        for index in rarest_first(unassigned, avail.counts, self.ctx.rng):
-            if not free or self._open_requests() >= cfg.max_inflight:
+        # Fresh pieces come down their relay tree, oldest first: from the parent, once it has them.
+        for index in unassigned:
+            parent = plan.parents[index]
+            if parent in free and avail.holds(parent, index):
+                self._ask(index, parent, free)
+        # Pieces the parent has not passed on in time, or whose parent is gone: rarest first,
+        # from any holder.
+        overdue = [
+            i for i in unassigned if i not in self.inflight and self._overdue(i, plan, avail, now)
+        ]
+        for index in rarest_first(overdue, avail.counts, self.ctx.rng):
+            if not free:
                 break  # nobody left to ask: the rest of the pieces wait for the next round
             who = [p for p in avail.holders(index) if p in free]
-            peer = choose_peer(who, self.ctx.load, cfg.per_peer_inflight, self.ctx.rng)
+            peer = choose_peer(who, self.ctx.load, self.ctx.config.per_peer_inflight, self.ctx.rng)
             if peer is not None:
-                self._start(index, peer)
-                if self.ctx.load[peer] >= cfg.per_peer_inflight:
-                    free.discard(peer)
-        self._fetch_owned_from_origin(unassigned, avail)
+                self._ask(index, peer, free)
+        self._fetch_owned_from_origin(unassigned, avail, plan)
         self._hedge(avail, endgame=not unassigned)
+
+    def _ask(self, index: int, peer: str, free: set[str]) -> None:
+        if self._open_requests() >= self.ctx.config.max_inflight:
+            free.clear()
+            return
+        self._start(index, peer)
+        if self.ctx.load[peer] >= self.ctx.config.per_peer_inflight:
+            free.discard(peer)
+
+    def _overdue(self, index: int, plan: RelayPlan, avail: Availability, now: float) -> bool:
+        """Whether a missing piece some peer holds may come from a peer other than its parent."""
+        if avail.counts[index] == 0:
+            return False
+        seen = self._seen.setdefault(index, now)
+        parent = plan.parents[index]
+        if parent is None or parent not in avail.members:
+            return True  # this peer is a root (an owner that found a copy), or the parent is gone
+        return now - seen > self.ctx.config.relay_patience
 
     def _free_peers(self, avail: Availability, now: float) -> set[str]:
         """Members this peer may send another request to right now."""
@@ -167,26 +197,31 @@ class Holding:
         members = self.ctx.choosable(avail.members, now)
         return {m for m in members if self.ctx.load.get(m, 0) < limit}
 
-    def _fetch_owned_from_origin(self, unassigned: list[int], avail: Availability) -> None:
+    def _fetch_owned_from_origin(
+        self, unassigned: list[int], avail: Availability, plan: RelayPlan
+    ) -> None:
         """Pieces no live peer holds come from the origin, but only through their owners."""
         if self.ctx.origin is None or time.monotonic() < self.origin_after:
             return
-        membership = self.ctx.membership
-        interested = [m for m in avail.members if membership.wants_all(m, self.artifact)]
-        owned = self._owned(tuple(sorted([*interested, self.ctx.membership.me])))
         for index in unassigned:
             if self.ctx.load.get(ORIGIN, 0) >= self.ctx.config.origin_inflight:
                 return
-            if index in owned and index not in self.inflight and avail.counts[index] == 0:
+            if index in plan.owned and index not in self.inflight and avail.counts[index] == 0:
                 self._start(index, ORIGIN)
 
-    def _owned(self, interested: tuple[str, ...]) -> set[int]:
-        """Pieces whose rendezvous owners include this peer; recomputed when membership moves."""
-        if self._owned_cache[0] != interested:
-            me, count = self.ctx.membership.me, self.ctx.config.origin_replicas
-            owners = (rendezvous_owners(h, interested, count) for h in self.hashes)
-            self._owned_cache = (interested, {i for i, o in enumerate(owners) if me in o})
-        return self._owned_cache[1]
+    def _plan(self, avail: Availability) -> RelayPlan:
+        """The relay trees over the live members that want the whole artifact, and this peer;
+        rebuilt only when that set changes."""
+        membership = self.ctx.membership
+        wanting = [m for m in avail.members if membership.wants_all(m, self.artifact)]
+        members = tuple(sorted({*wanting, membership.me}))
+        if self._relay is None or self._relay[0] != members:
+            cfg = self.ctx.config
+            plan = RelayPlan(
+                self.hashes, members, membership.me, cfg.relay_fanout, cfg.origin_replicas
+            )
+            self._relay = (members, plan)
+        return self._relay[1]
 
     def _hedge(self, avail: Availability, endgame: bool) -> None:
         """Duplicate slow requests onto another holder while slots are free (endgame: sooner)."""
@@ -249,7 +284,7 @@ class Holding:
         call = PieceCall()
         # The request carries this peer's have-map and the reply the sender's, so both learn
         # of each other's newest pieces at once instead of a few gossip rounds later.
-        header = {
+        header: Header = {
             "op": "piece",
             "hash": piece_hash,
             "artifact": self.artifact,
@@ -295,11 +330,36 @@ class Holding:
         for twin in self.inflight.pop(index, []):
             twin.task.cancel()
         self.held |= 1 << index
+        self._seen.pop(index, None)
+        self._tell_children(index)
         kind = "origin" if source == ORIGIN else "peer"
         self.bytes_from[kind] += nbytes
         self.ctx.metrics.inc("shipyard_peer_bytes_received_total", nbytes, source=kind)
         self.ctx.metrics.inc("shipyard_peer_pieces_received_total", source=kind)
         self._update_gauges()
+
+    def _tell_children(self, index: int) -> None:
+        """Tell the piece's children in its relay tree at once that it is here, rather than
+        leaving them to hear of it at the next gossip round."""
+        if self._relay is None:
+            return
+        header = {
+            "op": "have",
+            "artifact": self.artifact,
+            "from": self.ctx.membership.me,
+            "have": encode_bits(self.held),
+        }
+        for child in self._relay[1].children[index]:
+            task = asyncio.get_running_loop().create_task(self._notify(child, header))
+            self._notices.add(task)
+            task.add_done_callback(self._notices.discard)
+
+    async def _notify(self, child: str, header: Header) -> None:
+        cfg = self.ctx.config
+        with contextlib.suppress(ShipyardError):  # a child that misses it falls back on gossip
+            await request(
+                parse_address(child), header, cfg.connect_timeout, cfg.idle_timeout, self.ctx.pool
+            )
 
     def _update_gauges(self) -> None:
         held = (self._wanted_bits & self.held).bit_count()

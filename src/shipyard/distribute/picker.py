@@ -15,13 +15,44 @@ import numpy as np
 from shipyard.distribute.membership import HaveMap
 
 
-def rendezvous_owners(piece_hash: str, members: Iterable[str], count: int) -> list[str]:
-    """The `count` members with the highest hash of (member, piece); stable under churn."""
+def rendezvous_order(piece_hash: str, members: Iterable[str]) -> list[str]:
+    """Members by descending hash of (member, piece): the same order on every peer that knows
+    the same members, and one that only loses its place for a member that leaves."""
 
     def score(member: str) -> bytes:
         return hashlib.blake2b(f"{member}|{piece_hash}".encode(), digest_size=8).digest()
 
-    return sorted(members, key=score, reverse=True)[:count]
+    return sorted(members, key=score, reverse=True)
+
+
+def rendezvous_owners(piece_hash: str, members: Iterable[str], count: int) -> list[str]:
+    """The `count` members first in the piece's rendezvous order; stable under churn."""
+    return rendezvous_order(piece_hash, members)[:count]
+
+
+class RelayPlan:
+    """Each piece's relay tree over the members that want the whole artifact.
+
+    The members in the piece's rendezvous order form a `fanout`-ary heap: the first `owners`
+    fetch it from the origin and the member at position i gets it from position (i - 1) //
+    fanout. Every peer derives the same trees without talking, each member is an inner node in
+    about 1/fanout of them, so the upload work of a fan-out is spread evenly over all uplinks
+    instead of falling on whichever hosts happen to be ahead.
+    """
+
+    def __init__(
+        self, hashes: Sequence[str], members: Sequence[str], me: str, fanout: int, owners: int
+    ) -> None:
+        self.parents: list[str | None] = []
+        self.children: list[list[str]] = []
+        self.owned: set[int] = set()
+        for index, piece_hash in enumerate(hashes):
+            order = rendezvous_order(piece_hash, members)
+            rank = order.index(me)
+            if rank < owners:
+                self.owned.add(index)
+            self.parents.append(order[(rank - 1) // fanout] if rank else None)
+            self.children.append(order[rank * fanout + 1 : rank * fanout + fanout + 1])
 
 
 class Availability:
@@ -34,9 +65,14 @@ class Availability:
         rows = np.frombuffer(packed, dtype=np.uint8).reshape(len(self.members), width)
         self.matrix = np.unpackbits(rows, axis=1, count=pieces, bitorder="little").astype(bool)
         self.counts = self.matrix.sum(axis=0)
+        self._rows = {m: i for i, m in enumerate(self.members)}
 
     def holders(self, index: int) -> list[str]:
         return [self.members[j] for j in np.flatnonzero(self.matrix[:, index])]
+
+    def holds(self, member: str, index: int) -> bool:
+        row = self._rows.get(member)
+        return row is not None and bool(self.matrix[row, index])
 
 
 def rarest_first(wanted: Sequence[int], counts: np.ndarray, rng: random.Random) -> list[int]:
