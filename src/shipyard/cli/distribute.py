@@ -25,7 +25,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     serve.add_argument("--origin", metavar="URI", help="store URI or http:// base of the origin")
     serve.add_argument("--upload-limit-mbit", type=float, help="cap on bytes served per second")
     serve.add_argument("--no-fsync", action="store_true", help="skip fsync (scratch stores)")
-    serve.add_argument("--max-inflight", type=int, default=8, help="concurrent piece requests")
+    serve.add_argument(
+        "--max-inflight",
+        type=int,
+        default=DaemonConfig.max_inflight,
+        help="concurrent piece requests",
+    )
     serve.set_defaults(func=_serve)
 
     get = subparsers.add_parser("pull", help="fetch an artifact through a peer daemon")

@@ -29,6 +29,7 @@ from shipyard.store.pieces import piece_key
 
 ORIGIN = "origin"
 TICK = 0.25
+COALESCE = 0.02  # seconds between scheduling rounds at the busiest
 BUSY_BACKOFF = 0.2  # seconds before asking a peer whose upload slots were full again
 SETTLE_ROUNDS = 2  # gossip rounds a new fetch waits so owners agree before touching the origin
 
@@ -135,9 +136,13 @@ class Holding:
     async def _run(self) -> None:
         while self.missing():
             self._schedule()
+            # Events come in bursts (transfers ending, children told of pieces): a short pause
+            # lets one round of scheduling answer a whole burst.
+            await asyncio.sleep(COALESCE)
             self.ctx.changed.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.ctx.changed.wait(), TICK)
+                async with asyncio.timeout(TICK):
+                    await self.ctx.changed.wait()
 
     def _availability(self) -> Availability:
         haves = {}
@@ -252,7 +257,7 @@ class Holding:
     async def _transfer(self, index: int, source: str) -> None:
         piece_hash = self.hashes[index]
         try:
-            data = await self._download(piece_hash, source)
+            data = await self._download(index, source)
             if self.has(index):
                 return  # a hedged twin won the race
             # Hashing and the file write run off the event loop: a slow disk must not stall
@@ -276,7 +281,8 @@ class Holding:
             self.ctx.changed.set()
         self._stored(index, source, len(data))
 
-    async def _download(self, piece_hash: str, source: str) -> bytes | bytearray:
+    async def _download(self, index: int, source: str) -> bytes | bytearray:
+        piece_hash = self.hashes[index]
         if source == ORIGIN:
             assert self.ctx.origin is not None
             return await self._blocking(self.ctx.origin.get, piece_key(piece_hash))
@@ -290,6 +296,9 @@ class Holding:
             "artifact": self.artifact,
             "from": self.ctx.membership.me,
             "have": encode_bits(self.held),
+            # The parent keeps upload slots for its relay children, so the tree never stalls
+            # behind requests for older pieces.
+            "relay": self._relay is not None and self._relay[1].parents[index] == source,
         }
         try:
             reply, body = await self._blocking(

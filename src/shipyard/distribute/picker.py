@@ -46,8 +46,12 @@ class RelayPlan:
         self.parents: list[str | None] = []
         self.children: list[list[str]] = []
         self.owned: set[int] = set()
+        ring = sorted(members, key=lambda m: hashlib.blake2b(m.encode(), digest_size=8).digest())
         for index, piece_hash in enumerate(hashes):
-            order = rendezvous_order(piece_hash, members)
+            roots = rendezvous_order(piece_hash, members)[:owners]
+            rest = [m for m in ring if m not in roots]
+            turn = index % max(1, len(rest))
+            order = [*roots, *rest[turn:], *rest[:turn]]
             rank = order.index(me)
             if rank < owners:
                 self.owned.add(index)

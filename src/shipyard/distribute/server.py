@@ -75,13 +75,15 @@ class Server:
         self.connections.add(task)
         try:
             while True:  # requests in turn until the peer hangs up or idles out
-                first = await asyncio.wait_for(reader.readexactly(4), KEEPALIVE)
+                async with asyncio.timeout(KEEPALIVE):
+                    first = await reader.readexactly(4)
                 if first == HTTP_PREFIX:
                     await self._metrics(reader, writer)
                     return
                 header = await read_header(reader, timeout, first)
                 await self._dispatch(header, writer)
-                await asyncio.wait_for(writer.drain(), timeout)
+                async with asyncio.timeout(timeout):
+                    await writer.drain()
         except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, ShipyardError):
             pass  # the requester sees a closed connection and tries elsewhere
         except asyncio.CancelledError:
@@ -98,7 +100,9 @@ class Server:
             if op == "piece":
                 # A few upload slots, like BitTorrent's unchoke slots: a full peer says so at
                 # once, so requesters spread over other holders instead of queueing on one uplink.
-                if self.uploads >= self.ctx.config.upload_slots:
+                cfg = self.ctx.config
+                slots = cfg.upload_slots + (cfg.relay_fanout if header.get("relay") is True else 0)
+                if self.uploads >= slots:
                     raise PeerBusy(f"all {self.uploads} upload slots are in use")
                 self.uploads += 1
                 try:

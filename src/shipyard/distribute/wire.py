@@ -35,11 +35,14 @@ def encode(header: Header) -> bytes:
 
 async def read_header(reader: asyncio.StreamReader, timeout: float, first: bytes = b"") -> Header:
     """Read one framed header; `first` holds prefix bytes the caller already consumed."""
-    prefix = first + await asyncio.wait_for(reader.readexactly(4 - len(first)), timeout)
-    (length,) = struct.unpack(">I", prefix)
-    if length > MAX_HEADER:
-        raise InvalidInput(f"peer header of {length} bytes exceeds {MAX_HEADER}")
-    data = await asyncio.wait_for(reader.readexactly(length), timeout)
+    # asyncio.timeout, not wait_for: wait_for wraps each read in a task of its own, a cost
+    # paid on every message a daemon sends or answers.
+    async with asyncio.timeout(timeout):
+        prefix = first + await reader.readexactly(4 - len(first))
+        (length,) = struct.unpack(">I", prefix)
+        if length > MAX_HEADER:
+            raise InvalidInput(f"peer header of {length} bytes exceeds {MAX_HEADER}")
+        data = await reader.readexactly(length)
     header = json.loads(data)
     if not isinstance(header, dict):
         raise InvalidInput("peer header is not a JSON object")
@@ -151,7 +154,8 @@ async def _exchange(
 ) -> tuple[Header, bytes | None]:
     reader, writer = stream
     writer.write(encode(header))
-    await asyncio.wait_for(writer.drain(), idle_timeout)
+    async with asyncio.timeout(idle_timeout):
+        await writer.drain()
     reply = await read_header(reader, idle_timeout)
     body = None
     if "size" in reply:
