@@ -3,13 +3,8 @@
 import random
 
 from shipyard.distribute.membership import HaveMap, Membership, encode_bits
-from shipyard.distribute.picker import (
-    Availability,
-    RelayPlan,
-    choose_peer,
-    rarest_first,
-    rendezvous_owners,
-)
+from shipyard.distribute.picker import Availability, choose_peer, rarest_first
+from shipyard.distribute.relay import RelayPlan, _key, rendezvous_owners
 
 
 class Clock:
@@ -121,3 +116,23 @@ def test_relay_trees_agree_across_peers_and_spread_the_uploads() -> None:
     # its share (15/16 of a copy per piece on average).
     assert sum(uploads.values()) == 15 * len(hashes)
     assert max(uploads.values()) < 1.4 * 15 * len(hashes) / 16
+
+
+def test_relay_plan_matches_the_whole_order_built_naively() -> None:
+    rng = random.Random(7)
+    for trial in range(20):
+        members = [f"10.0.{trial}.{i}:7000" for i in range(rng.randint(1, 12))]
+        hashes = [f"{rng.getrandbits(256):064x}" for _ in range(30)]
+        fanout, owners = rng.randint(1, 3), rng.randint(1, 2)
+        ring = sorted(members, key=_key)
+        for me in members:
+            plan = RelayPlan(hashes, members, me, fanout, owners)
+            for index, piece in enumerate(hashes):
+                roots = rendezvous_owners(piece, members, owners)
+                rest = [m for m in ring if m not in roots]
+                turn = index % len(rest) if rest else 0
+                order = [*roots, *rest[turn:], *rest[:turn]]
+                rank = order.index(me)
+                assert plan.parents[index] == (order[(rank - 1) // fanout] if rank else None)
+                assert plan.children[index] == order[rank * fanout + 1 : rank * fanout + fanout + 1]
+                assert (index in plan.owned) == (rank < owners)

@@ -15,12 +15,8 @@ from typing import TypeVar
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
 from shipyard.distribute.membership import HaveMap, encode_bits
-from shipyard.distribute.picker import (
-    Availability,
-    RelayPlan,
-    choose_peer,
-    rarest_first,
-)
+from shipyard.distribute.picker import Availability, choose_peer, rarest_first
+from shipyard.distribute.relay import RelayPlan
 from shipyard.distribute.transfer import PieceCall, fetch_piece
 from shipyard.distribute.wire import Header, PeerBusy, request
 from shipyard.errors import IntegrityError, ShipyardError

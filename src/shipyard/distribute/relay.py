@@ -1,0 +1,102 @@
+"""Relay trees: where each piece of a fan-out comes from, worked out by every peer alone.
+
+Every member that wants the whole artifact places each piece in a `fanout`-ary heap. The root
+is the piece's rendezvous owner (highest hash of member and piece): it alone fetches the piece
+from the origin, which bounds origin bytes to about one copy, and when a member leaves only the
+pieces it owned change owner. The other members follow the root in a ring (members sorted by
+their own hash) turned by one place per piece, so over any run of N-1 pieces each member sits at
+every position once: inner nodes upload `fanout` copies, leaves none, and the upload work of the
+whole fan-out is spread evenly over all uplinks instead of falling on whichever hosts happen to
+be ahead. Peers that share a membership view derive the same trees without talking.
+
+Only this peer's own place in each tree is computed, with numpy for the rendezvous scores, so a
+plan costs O(pieces x members) machine work and O(pieces) Python work: about 0.2 s for 6,400
+pieces and 1,000 members.
+"""
+
+import bisect
+import hashlib
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+
+
+def _key(text: str) -> int:
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
+
+def _scores(member_keys: npt.NDArray[np.uint64], piece_key: int) -> npt.NDArray[np.uint64]:
+    """The rendezvous score of each member for one piece: splitmix64 of the two keys' xor."""
+    x = member_keys ^ np.uint64(piece_key)
+    x = (x ^ (x >> np.uint64(30))) * _MIX1
+    x = (x ^ (x >> np.uint64(27))) * _MIX2
+    scores: npt.NDArray[np.uint64] = x ^ (x >> np.uint64(31))
+    return scores
+
+
+def rendezvous_owners(piece_hash: str, members: Iterable[str], count: int) -> list[str]:
+    """The `count` members with the highest scores for the piece; stable under churn."""
+    listed = list(members)
+    keys = np.array([_key(m) for m in listed], dtype=np.uint64)
+    top = np.argsort(_scores(keys, _key(piece_hash)))[::-1][:count]
+    return [listed[i] for i in top]
+
+
+class RelayPlan:
+    """This peer's place in every piece's relay tree: whom it gets each piece from (None: the
+    origin, for pieces it owns), and whom it passes each piece on to."""
+
+    def __init__(
+        self, hashes: Sequence[str], members: Sequence[str], me: str, fanout: int, owners: int
+    ) -> None:
+        self.parents: list[str | None] = []
+        self.children: list[list[str]] = []
+        self.owned: set[int] = set()
+        keys = np.array([_key(m) for m in members], dtype=np.uint64)
+        self._ring = [members[i] for i in np.argsort(keys)]  # members by their own key
+        mine = self._ring.index(me)
+        owners = min(owners, len(members))
+        for index, piece_hash in enumerate(hashes):
+            scores = _scores(keys, _key(piece_hash))
+            top = np.argpartition(scores, -owners)[-owners:]
+            roots = [members[i] for i in top[np.argsort(scores[top])[::-1]]]
+            tree = _Tree(self._ring, roots, turn=index)
+            rank = roots.index(me) if me in roots else tree.rank_in_ring(mine)
+            if rank < owners:
+                self.owned.add(index)
+            self.parents.append(tree.at((rank - 1) // fanout) if rank else None)
+            first = rank * fanout + 1
+            self.children.append(
+                [tree.at(p) for p in range(first, min(first + fanout, len(members)))]
+            )
+
+
+class _Tree:
+    """One piece's member order: the roots, then the ring without them turned by `turn`."""
+
+    def __init__(self, ring: list[str], roots: list[str], turn: int) -> None:
+        self.ring = ring
+        self.roots = roots
+        self.skipped = sorted(ring.index(r) for r in roots)  # ring positions the roots leave
+        self.size = len(ring) - len(roots)
+        self.turn = turn % self.size if self.size else 0
+
+    def rank_in_ring(self, ring_position: int) -> int:
+        """The order position of the non-root member at `ring_position`."""
+        among_rest = ring_position - bisect.bisect_left(self.skipped, ring_position)
+        return len(self.roots) + (among_rest - self.turn) % self.size
+
+    def at(self, position: int) -> str:
+        """The member at order position `position`."""
+        if position < len(self.roots):
+            return self.roots[position]
+        among_rest = (position - len(self.roots) + self.turn) % self.size
+        ring_position = among_rest
+        for skipped in self.skipped:  # step over the roots' places in the ring, lowest first
+            if skipped <= ring_position:
+                ring_position += 1
+        return self.ring[ring_position]
