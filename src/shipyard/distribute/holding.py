@@ -25,7 +25,7 @@ from shipyard.store.pieces import piece_key
 
 ORIGIN = "origin"
 TICK = 0.25
-COALESCE = 0.02  # seconds between scheduling rounds at the busiest
+COALESCE = 0.05  # seconds between scheduling rounds at the busiest
 BUSY_BACKOFF = 0.2  # seconds before asking a peer whose upload slots were full again
 SETTLE_ROUNDS = 2  # gossip rounds a new fetch waits so owners agree before touching the origin
 
@@ -54,6 +54,7 @@ class Holding:
     origin_after: float = 0.0
     _wanted_bits: int = 0
     _relay: tuple[tuple[str, ...], RelayPlan] | None = None
+    _avail: tuple[tuple[int, int, int], Availability] | None = None
     _seen: dict[int, float] = field(
         default_factory=dict
     )  # when a missing piece was first seen held
@@ -141,6 +142,14 @@ class Holding:
                     await self.ctx.changed.wait()
 
     def _availability(self) -> Availability:
+        """Who holds what, rebuilt only when that news changed, or (for members that fell
+        silent) once per tick."""
+        key = (self.ctx.membership.version, len(self.ctx.blamed), int(time.monotonic() / TICK))
+        if self._avail is None or self._avail[0] != key:
+            self._avail = (key, self._build_availability())
+        return self._avail[1]
+
+    def _build_availability(self) -> Availability:
         haves = {}
         for member in self.ctx.membership.alive():
             have = self.ctx.membership.have_of(member, self.artifact)

@@ -73,7 +73,9 @@ class Membership:
         self.dead_after = dead_after
         self.clock = clock
         self.records: dict[str, Record] = {}
-        self.version = 0  # bumped whenever another member's record or standing changes
+        # Bumped whenever what is known of other members' pieces, or their standing, changes
+        # (a new heartbeat alone does not), so readers can cache what they derive from it.
+        self.version = 0
         self._encoded: dict[str, Any] = {}  # each record as gossiped, re-sent without re-encoding
         # Pieces members told this peer of directly, on piece requests and replies: fresher than
         # their gossiped records. Pieces are never unlearned (they stay on disk), so bits only
@@ -104,12 +106,14 @@ class Membership:
                 record = decode_record(raw)
             except (ValueError, TypeError, KeyError, IndexError):
                 continue
+            previous = self.records.get(member)
+            if previous is None or previous.haves != record.haves or member in self._failed:
+                self.version += 1
             self.records[member] = record
             self._encoded[member] = encode_record(record)  # canonical, whatever the sender wrote
             self._floor[member] = record.heartbeat
             self._heard[member] = now
             self._failed.pop(member, None)
-            self.version += 1
 
     def note_have(self, member: str, artifact: str, encoded: Any) -> None:
         """Fold in a have-map `member` sent directly; a malformed one is ignored."""
@@ -120,7 +124,10 @@ class Membership:
         except (ValueError, TypeError):
             return
         known = self._direct.setdefault(member, {})
-        known[artifact] = known.get(artifact, 0) | bits
+        merged = known.get(artifact, 0) | bits
+        if merged != known.get(artifact):
+            known[artifact] = merged
+            self.version += 1
 
     def have_of(self, member: str, artifact: str) -> HaveMap | None:
         """What `member` holds of `artifact`, from gossip and direct news together."""
