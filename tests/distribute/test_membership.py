@@ -136,3 +136,26 @@ def test_relay_plan_matches_the_whole_order_built_naively() -> None:
                 assert plan.parents[index] == (order[(rank - 1) // fanout] if rank else None)
                 assert plan.children[index] == order[rank * fanout + 1 : rank * fanout + fanout + 1]
                 assert (index in plan.owned) == (rank < owners)
+
+
+def test_views_carry_bits_for_a_few_members_and_keep_what_is_known() -> None:
+    hub = Membership("hub:1", [], dead_after=3, haves_per_view=4, rng=random.Random(3))
+    others = [Membership(f"m{i}:1", [], dead_after=3) for i in range(20)]
+    for i, member in enumerate(others):
+        member.beat({"art": HaveMap(True, 1 << i)})
+        hub.merge(member.view())
+    hub.beat({"art": HaveMap(True, 0)})
+    view = hub.view()
+    assert len(view) == 21  # every live member's heartbeat and wants travel
+    with_bits = [m for m, (_, haves) in view.items() if haves["art"][1] is not None]
+    assert "hub:1" in with_bits and len(with_bits) == 5
+    # A newer record without bits keeps the bits already known, and the wants it carries.
+    reader = Membership("reader:1", [], dead_after=3)
+    reader.merge(others[7].view())
+    others[7].beat({"art": HaveMap(False, 1 << 7)})
+    heartbeat = others[7].view()["m7:1"][0]
+    reader.merge({"m7:1": [heartbeat, {"art": [False, None]}]})
+    assert reader.have_of("m7:1", "art") == HaveMap(False, 1 << 7)
+    reader.merge({"m8:1": [5, {"art": [True, None]}], "m9:1": [5, "not a dict"]})
+    assert reader.have_of("m8:1", "art") == HaveMap(True, 0)
+    assert reader.have_of("m9:1", "art") is None

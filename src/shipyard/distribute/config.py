@@ -34,6 +34,7 @@ class DaemonConfig:
     fsync: bool = True
     gossip_interval: float = 0.3
     gossip_fanout: int = 3
+    gossip_haves: int = 24  # other members whose piece bits ride on each gossip message
     dead_after: float = 3.0
     connect_timeout: float = 1.0
     idle_timeout: float = 4.0
@@ -63,6 +64,7 @@ class DaemonConfig:
                 raise InvalidInput(f"{name} must be positive, got {value}")
         counts = {
             "gossip_fanout": self.gossip_fanout,
+            "gossip_haves": self.gossip_haves,
             "max_inflight": self.max_inflight,
             "per_peer_inflight": self.per_peer_inflight,
             "origin_inflight": self.origin_inflight,

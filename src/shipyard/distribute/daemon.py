@@ -41,7 +41,9 @@ class PeerDaemon:
         self.ctx = Context(
             config=config,
             store=open_store(config.store, config.fsync),
-            membership=Membership(config.me, seeds, config.dead_after),
+            membership=Membership(
+                config.me, seeds, config.dead_after, haves_per_view=config.gossip_haves
+            ),
             origin=open_origin(config.origin) if config.origin else None,
         )
         self.holdings: dict[str, Holding] = {}

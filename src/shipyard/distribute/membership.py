@@ -1,10 +1,18 @@
 """Gossip membership: who is alive and which pieces each peer holds, with no coordinator.
 
 Every peer keeps a record per member: a heartbeat (wall-clock milliseconds at its last tick, so a
-restarted process always outranks its previous life) and its have-maps. Peers exchange their
-views push-pull with a few random members each round; a record with a higher heartbeat replaces
-the older one wholesale. A member whose heartbeat has not advanced locally for `dead_after`
-seconds, or that refused a connection since, is treated as gone until news of it arrives.
+restarted process always outranks its previous life) and, per artifact, whether it wants all of
+it and which pieces it holds. Peers exchange their views push-pull with a few random members each
+round; a record with a higher heartbeat replaces the older one. A member whose heartbeat has not
+advanced locally for `dead_after` seconds, or that refused a connection since, is treated as gone
+until news of it arrives.
+
+A view carries every live member's heartbeat and wants, but the piece bits of only the sender
+and `haves_per_view` other members picked at random, so a gossip message grows by tens of bytes
+per member rather than by a have-map per member. A record that arrives without bits keeps the
+bits already known: pieces, once verified on a member's disk, stay there. Relay parents tell
+their children of new pieces directly, and every piece request and reply carries both sides'
+bits, so the scheduler does not depend on gossip for fresh piece news.
 """
 
 import base64
@@ -44,18 +52,23 @@ def decode_bits(text: Any) -> int:
     return int.from_bytes(base64.b64decode(text, validate=True), "little")
 
 
-def encode_record(record: Record) -> list[Any]:
-    haves = {art: [h.full, encode_bits(h.bits)] for art, h in record.haves.items()}
+def encode_record(record: Record, with_bits: bool = True) -> list[Any]:
+    haves = {
+        art: [h.full, encode_bits(h.bits) if with_bits else None] for art, h in record.haves.items()
+    }
     return [record.heartbeat, haves]
 
 
-def decode_record(raw: Any) -> Record:
-    """A record from gossip; raises ValueError, TypeError or KeyError when malformed."""
+def decode_record(raw: Any, previous: Record | None = None) -> Record:
+    """A record from gossip; bits left out are taken from `previous`. Raises ValueError,
+    TypeError or KeyError when malformed."""
     heartbeat, haves = raw
-    return Record(
-        int(heartbeat),
-        {str(art): HaveMap(bool(full), decode_bits(bits)) for art, (full, bits) in haves.items()},
-    )
+    known = previous.haves if previous else {}
+    decoded = {}
+    for art, (full, bits) in haves.items():
+        held = known[art].bits if bits is None and art in known else decode_bits(bits or "")
+        decoded[str(art)] = HaveMap(bool(full), held)
+    return Record(int(heartbeat), decoded)
 
 
 class Membership:
@@ -67,8 +80,12 @@ class Membership:
         seeds: Iterable[str],
         dead_after: float,
         clock: Callable[[], float] = time.monotonic,
+        haves_per_view: int = 24,
+        rng: random.Random | None = None,
     ) -> None:
         self.me = me
+        self.haves_per_view = haves_per_view
+        self._rng = rng or random.Random()
         self.seeds = [s for s in seeds if s != me]
         self.dead_after = dead_after
         self.clock = clock
@@ -76,7 +93,8 @@ class Membership:
         # Bumped whenever what is known of other members' pieces, or their standing, changes
         # (a new heartbeat alone does not), so readers can cache what they derive from it.
         self.version = 0
-        self._encoded: dict[str, Any] = {}  # each record as gossiped, re-sent without re-encoding
+        # Each record as gossiped, with and without its bits, re-sent without re-encoding.
+        self._encoded: dict[str, tuple[Any, Any]] = {}
         # Pieces members told this peer of directly, on piece requests and replies: fresher than
         # their gossiped records. Pieces are never unlearned (they stay on disk), so bits only
         # accumulate until the member is forgotten.
@@ -90,7 +108,7 @@ class Membership:
         previous = self.records.get(self.me)
         heartbeat = max(time.time_ns() // 1_000_000, previous.heartbeat + 1 if previous else 0)
         self.records[self.me] = Record(heartbeat, haves)
-        self._encoded[self.me] = encode_record(self.records[self.me])
+        self._encoded[self.me] = self._encodings(self.records[self.me])
         self._heard[self.me] = self.clock()
 
     def merge(self, view: dict[str, Any]) -> None:
@@ -103,14 +121,14 @@ class Membership:
             try:
                 if int(raw[0]) <= self._floor.get(member, -1):
                     continue
-                record = decode_record(raw)
-            except (ValueError, TypeError, KeyError, IndexError):
+                previous = self.records.get(member)
+                record = decode_record(raw, previous)
+            except (ValueError, TypeError, KeyError, IndexError, AttributeError):
                 continue
-            previous = self.records.get(member)
             if previous is None or previous.haves != record.haves or member in self._failed:
                 self.version += 1
             self.records[member] = record
-            self._encoded[member] = encode_record(record)  # canonical, whatever the sender wrote
+            self._encoded[member] = self._encodings(record)  # canonical, whatever was sent
             self._floor[member] = record.heartbeat
             self._heard[member] = now
             self._failed.pop(member, None)
@@ -163,9 +181,17 @@ class Membership:
         return [m for m in self.records if m != self.me and self.is_alive(m)]
 
     def view(self) -> dict[str, Any]:
-        """What this peer gossips: its own record and those of members it believes alive."""
+        """What this peer gossips: its own record and those of members it believes alive, the
+        piece bits only for itself and a random few."""
         self._forget()
-        return {m: self._encoded[m] for m in self.records if m == self.me or self.is_alive(m)}
+        alive = self.alive()
+        with_bits = set(self._rng.sample(alive, min(self.haves_per_view, len(alive))))
+        with_bits.add(self.me)
+        return {m: self._encoded[m][m not in with_bits] for m in [self.me, *alive]}
+
+    @staticmethod
+    def _encodings(record: Record) -> tuple[Any, Any]:
+        return encode_record(record), encode_record(record, with_bits=False)
 
     def gossip_targets(self, fanout: int, rng: random.Random) -> list[str]:
         """A few random live members, plus a seed while this peer knows too few of them."""
