@@ -34,10 +34,12 @@ class Context:
         per_peer = self.config.per_peer_inflight + 1
         self.pool = Pool(per_peer)
         self.connections = Connections(per_peer)
-        # A thread per open request (peers and origin) and per upload slot, plus room to store
-        # finished pieces, so a blocked transfer never delays writing a completed one.
+        # A thread per open request (peers and origin) and per upload slot (those kept for relay
+        # children too), plus room to store finished pieces, so a blocked transfer never delays
+        # writing a completed one.
         cfg = self.config
-        workers = cfg.max_inflight + cfg.origin_inflight + cfg.upload_slots + 2
+        uploads = cfg.upload_slots + cfg.relay_fanout
+        workers = cfg.max_inflight + cfg.origin_inflight + uploads + 2
         self.transfers = ThreadPoolExecutor(workers, thread_name_prefix="transfer")
         self.metrics.set("shipyard_peer_blamed_peers", 0)
 

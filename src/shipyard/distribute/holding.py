@@ -1,5 +1,6 @@
 """One artifact on one peer: which of its pieces are held, wanted and in flight, and the loop
-that fetches the missing ones from peers (rarest first) or, for pieces it owns, from the origin.
+that fetches the missing ones: from the relay-tree parent (see `relay`), from any holder (rarest
+first) when the parent is late or gone, or, for pieces it owns, from the origin.
 
 A piece is stored only after its SHA-256 matches the manifest, and is served onward from that
 moment (pipelining). Pieces already on disk at start are never fetched again (resume).
@@ -55,9 +56,8 @@ class Holding:
     _wanted_bits: int = 0
     _relay: tuple[tuple[str, ...], RelayPlan] | None = None
     _avail: tuple[tuple[int, int, int], Availability] | None = None
-    _seen: dict[int, float] = field(
-        default_factory=dict
-    )  # when a missing piece was first seen held
+    # When each missing piece was first seen held by some peer: the relay patience runs from then.
+    _seen: dict[int, float] = field(default_factory=dict)
     _notices: set["asyncio.Task[None]"] = field(default_factory=set)
     _runner: "asyncio.Task[None] | None" = None
 
@@ -100,7 +100,7 @@ class Holding:
 
     async def stop(self) -> None:
         """Cancel the fetch loop and every transfer in flight (their pieces stay missing)."""
-        tasks = [t.task for ts in self.inflight.values() for t in ts]
+        tasks = [t.task for ts in self.inflight.values() for t in ts] + list(self._notices)
         if self._runner:
             tasks.append(self._runner)
         for task in tasks:
@@ -184,6 +184,8 @@ class Holding:
         self._hedge(avail, endgame=not unassigned)
 
     def _ask(self, index: int, peer: str, free: set[str]) -> None:
+        """Request the piece of `peer`, keeping `free` to the peers that can take another
+        request (empty once this peer has no request left to make)."""
         if self._open_requests() >= self.ctx.config.max_inflight:
             free.clear()
             return

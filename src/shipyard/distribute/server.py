@@ -52,7 +52,7 @@ class Server:
         ops: Mapping[str, Callable[[Header], Awaitable[Any]]],
         held: Callable[[str], int | None],
     ) -> None:
-        """`ops` maps the daemon's own operations (fetch, status, gossip) to their coroutines;
+        """`ops` maps the daemon's own operations (fetch, status, gossip, have) to coroutines;
         `held(artifact)` is the have-map bits of an artifact this peer holds, or None."""
         self.ctx = ctx
         self.ops = ops
