@@ -45,7 +45,7 @@ def test_four_hosts_complete_verify_and_keep_origin_to_one_copy(
     source = (tmp_path / "src" / "blob.bin").read_bytes()
     for dest in dests:
         assert (dest / "blob.bin").read_bytes() == source
-    origin_bytes = sum(h.metrics()[ORIGIN_BYTES] for h in hosts)
+    origin_bytes = sum(h.metrics().get(ORIGIN_BYTES, 0) for h in hosts)  # 0: owned no piece
     assert origin_bytes <= 1.2 * manifest.size
     assert sum(r.bytes_from_peers for r in results) >= 2 * manifest.size  # the swarm carried it
 
@@ -141,7 +141,7 @@ def test_origin_fetches_stay_capped_with_many_hosts_over_http(
     pull_all(hosts, manifest, [tmp_path / f"out{i}" for i in range(6)])
     piece_bytes = sum(served)  # counted by the origin server itself
     assert manifest.size <= piece_bytes <= 1.2 * manifest.size
-    assert sum(h.metrics()[PEER_BYTES] for h in hosts) >= 4 * manifest.size
+    assert sum(h.metrics().get(PEER_BYTES, 0) for h in hosts) >= 4 * manifest.size
 
 
 def test_a_slow_peer_is_hedged_around(
