@@ -61,7 +61,7 @@ def encode_record(record: Record, with_bits: bool = True) -> list[Any]:
 
 def decode_record(raw: Any, previous: Record | None = None) -> Record:
     """A record from gossip; bits left out are taken from `previous`. Raises ValueError,
-    TypeError or KeyError when malformed."""
+    TypeError, KeyError or AttributeError when malformed."""
     heartbeat, haves = raw
     known = previous.haves if previous else {}
     decoded = {}
@@ -187,7 +187,8 @@ class Membership:
         alive = self.alive()
         with_bits = set(self._rng.sample(alive, min(self.haves_per_view, len(alive))))
         with_bits.add(self.me)
-        return {m: self._encoded[m][m not in with_bits] for m in [self.me, *alive]}
+        members = [self.me, *alive] if self.me in self._encoded else alive  # before the first beat
+        return {m: self._encoded[m][m not in with_bits] for m in members}
 
     @staticmethod
     def _encodings(record: Record) -> tuple[Any, Any]:

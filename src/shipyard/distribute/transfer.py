@@ -100,7 +100,11 @@ def fetch_piece(
         try:
             if sock is None:
                 sock = _connect(address, connect_timeout, idle_timeout)
-            call.attach(sock)
+            try:
+                call.attach(sock)
+            except PeerUnavailable:  # aborted before it began
+                sock.close()
+                raise
             reply, body = _exchange(sock, request)
             break
         except (ConnectionError, EOFError) as exc:
