@@ -21,7 +21,6 @@ from contextlib import suppress
 
 from shipyard.distribute.config import Address
 from shipyard.distribute.wire import MAX_HEADER, Header, PeerUnavailable, check_reply, encode
-from shipyard.errors import StorageError
 
 
 def _timeval(seconds: float) -> bytes:
@@ -180,8 +179,8 @@ def send_piece(sock_fd: int, header: bytes, file_fd: int, size: int, idle_timeou
         except BlockingIOError:
             _wait_writable(poller, idle_timeout)
             continue
-        if count == 0:
-            raise StorageError(f"piece file ended after {offset} of {size} bytes")
+        if count == 0:  # an OSError, not a reply: part of the body is out, so the connection goes
+            raise OSError(f"piece file ended after {offset} of {size} bytes")
         offset += count
 
 
