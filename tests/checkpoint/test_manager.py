@@ -47,6 +47,16 @@ def test_steps_after_save_never_leak_into_it(tmp_path: Path) -> None:
     manager.close()
 
 
+def test_settle_lets_a_save_in_flight_commit(tmp_path: Path) -> None:
+    manager = CheckpointManager(tmp_path, peer_memory=False)
+    assert manager.settle(0.0)  # nothing in flight
+    manager.save(3, trained_state())
+    assert manager.settle(60.0)
+    found = manager.latest_committed()  # committed without waiting on the handle
+    assert found is not None and found.manifest.step == 3
+    manager.close()
+
+
 def test_rng_states_restore_exactly(tmp_path: Path) -> None:
     manager = CheckpointManager(tmp_path, peer_memory=False)
     manager.save(1, {"x": torch.zeros(3)}, blocking=True)

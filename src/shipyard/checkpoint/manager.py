@@ -145,6 +145,13 @@ class CheckpointManager:
             handle.result()
         return handle
 
+    def settle(self, timeout: float) -> bool:
+        """Let the save in flight finish for up to `timeout` seconds; True when none is left
+        running. For a rank about to exit that must not hang on a peer that is gone."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._thread is None or not self._thread.is_alive()
+
     def wait(self) -> Committed | None:
         """Wait for the save in flight, if any; returns what it committed.
 

@@ -37,6 +37,7 @@ from shipyard.train.model import GPT, next_token_loss
 
 EXIT_ANOMALY = 75
 LINGER_S = 120.0
+ANOMALY_SAVE_GRACE_S = 30.0  # how long a rank leaving after an anomaly lets a save finish
 AUTO_FIRST_INTERVAL = 10  # steps before the first checkpoint when the interval is automatic
 
 
@@ -307,7 +308,11 @@ def run(job: Assignment) -> int:
         time.sleep(LINGER_S)  # keep serving our peer memory to the next attempt until killed
         return 1
     if code == EXIT_ANOMALY:
-        # Leave at once: the peers are leaving too, so a collective shutdown could wait forever.
+        # The state saved before the anomaly is sound: let a save in flight commit (every rank
+        # saw the same all-reduced loss, so all are here to finish its collectives), within a
+        # bound. Then leave at once: the peers are leaving too, so a collective shutdown could
+        # wait forever.
+        rank.manager.settle(ANOMALY_SAVE_GRACE_S)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
