@@ -1,6 +1,7 @@
 """Real peer daemons as separate processes on loopback, and artifacts to distribute."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -87,6 +88,12 @@ class Cluster:
     def peer(self, name: str, seeds: list[str], *extra: str) -> Peer:
         peer = Peer(self.root, name, seeds, list(extra))
         self.peers.append(peer)
+        return peer
+
+    def seeder(self, name: str, seeds: list[str], store: Path, *extra: str) -> Peer:
+        """A peer whose store starts as a copy of `store` (not yet started)."""
+        peer = self.peer(name, seeds, *extra)
+        shutil.copytree(store, peer.store)
         return peer
 
     def stop(self) -> None:

@@ -1,6 +1,5 @@
 """Bytes that do not match their address are refused: manifests by artifact id, pieces by hash."""
 
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -36,8 +35,7 @@ def test_peer_manifest_that_does_not_hash_to_the_id_is_refused_and_blamed(
     cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
 ) -> None:
     store, manifest = origin
-    liar = cluster.peer("liar", [])
-    shutil.copytree(store, liar.store)
+    liar = cluster.seeder("liar", [], store)
     liar.start()
     # Swap the liar's manifest bytes after it has adopted the artifact and advertises it.
     forged = Manifest(kind="dataset", piece_size=manifest.piece_size, files=manifest.files)

@@ -1,6 +1,5 @@
 """Whole-swarm behaviour with real daemon processes on loopback."""
 
-import shutil
 import subprocess
 import sys
 import threading
@@ -55,11 +54,9 @@ def test_hosts_finish_when_the_first_seeder_dies_mid_transfer(
 ) -> None:
     store, manifest = origin
     slow = ("--upload-limit-mbit", "24")
-    seeder = cluster.peer("seed", [], *slow)
-    shutil.copytree(store, seeder.store)
+    seeder = cluster.seeder("seed", [], store, *slow)
     seeder.start()
-    backup = cluster.peer("backup", [seeder.address], *slow)
-    shutil.copytree(store, backup.store)
+    backup = cluster.seeder("backup", [seeder.address], store, *slow)
     backup.start()
     # Every host knows only the first seeder's address; no origin anywhere.
     hosts = [cluster.peer(f"h{i}", [seeder.address], *slow).start() for i in range(3)]
@@ -84,11 +81,9 @@ def test_a_peer_serving_corrupt_bytes_is_caught_and_blamed(
     cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
 ) -> None:
     store, manifest = origin
-    good = cluster.peer("good", [])
-    shutil.copytree(store, good.store)
+    good = cluster.seeder("good", [], store)
     good.start()
-    liar = cluster.peer("liar", [good.address])
-    shutil.copytree(store, liar.store)
+    liar = cluster.seeder("liar", [good.address], store)
     for piece in (liar.store / "pieces").rglob("*"):
         if piece.is_file():  # same size, wrong bytes: only the hash can tell
             data = bytearray(piece.read_bytes())
@@ -109,8 +104,7 @@ def test_a_killed_host_resumes_from_its_verified_pieces(
     cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
 ) -> None:
     store, manifest = origin
-    seeder = cluster.peer("seed", [], "--upload-limit-mbit", "16")
-    shutil.copytree(store, seeder.store)
+    seeder = cluster.seeder("seed", [], store, "--upload-limit-mbit", "16")
     seeder.start()
     host = cluster.peer("host", [seeder.address]).start()
     cli = [sys.executable, "-m", "shipyard.cli.main", "pull", manifest.id, "--peer", host.address]
@@ -148,11 +142,11 @@ def test_a_slow_peer_is_hedged_around(
     cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
 ) -> None:
     store, manifest = origin
-    fast = cluster.peer("fast", [])
-    shutil.copytree(store, fast.store)
+    fast = cluster.seeder("fast", [], store)
     fast.start()
-    slow = cluster.peer("slow", [fast.address], "--upload-limit-mbit", "0.5")  # 4 s a piece
-    shutil.copytree(store, slow.store)
+    slow = cluster.seeder(
+        "slow", [fast.address], store, "--upload-limit-mbit", "0.5"
+    )  # 4 s a piece
     slow.start()
     host = cluster.peer("host", [fast.address]).start()
     wait_until(lambda: host.metrics()["shipyard_peer_members_alive"] == 2)
