@@ -7,6 +7,7 @@ import pytest
 
 from shipyard.errors import IntegrityError, InvalidInput, NotFound
 from shipyard.loader import TokenDataset, TokenDatasetWriter, TokenShard, TokenShardWriter
+from shipyard.loader.shards import HEADER_SIZE, INDEX_SUFFIX
 
 
 def _docs(seed: int, n: int, vocab: int) -> list[np.ndarray]:
@@ -84,3 +85,17 @@ def test_bad_input_rejected(tmp_path: Path) -> None:
     (tmp_path / "x.idx").write_bytes(b"garbage")
     with pytest.raises(InvalidInput, match="not a Shipyard"):
         TokenShard(tmp_path / "x")
+
+
+def test_offsets_out_of_order_rejected(tmp_path: Path) -> None:
+    with TokenShardWriter(tmp_path / "s", 100) as writer:
+        writer.add([1, 2, 3])
+        writer.add([4])
+        writer.add([5, 6])
+    index = tmp_path / f"s{INDEX_SUFFIX}"
+    raw = bytearray(index.read_bytes())
+    # Offsets 0, 3, 4, 6: make the second one 5, past the third.
+    raw[HEADER_SIZE + 8 : HEADER_SIZE + 16] = (5).to_bytes(8, "little")
+    index.write_bytes(bytes(raw))
+    with pytest.raises(IntegrityError, match="offsets do not start at 0 and rise"):
+        TokenShard(tmp_path / "s")

@@ -10,7 +10,7 @@ repeats nothing. Nothing is saved but the step.
 
 import bisect
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, NamedTuple
@@ -25,26 +25,6 @@ from shipyard.loader.packing import PackedSource, Part, doc_starts
 from shipyard.loader.spec import LoaderSpec
 
 Ids = npt.NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class Batch:
-    """One rank's part of one step's global batch."""
-
-    step: int
-    data_step: int
-    rank: int
-    world_size: int
-    tokens: npt.NDArray[np.int64]  # (samples, seq_len)
-    sources: npt.NDArray[np.int64]  # index into spec.sources, per sample
-    sample_ids: npt.NDArray[np.int64]  # that source's running sample number, per sample
-    _doc_starts: Callable[[], list[list[int]]] = field(repr=False, compare=False)
-
-    @cached_property
-    def doc_starts(self) -> list[list[int]]:
-        """Per sample, offsets where a document begins (worked out on first use: most callers
-        never ask, and building the lists costs about as much as gathering the tokens)."""
-        return self._doc_starts()
 
 
 class _Layout(NamedTuple):
@@ -70,6 +50,37 @@ def _layout(mixture: Mixture, rest: int, length: int) -> _Layout:
     for array in (sources, rank_in_source, *rows):
         array.setflags(write=False)
     return _Layout(sources, rank_in_source, at_rest.tolist(), [len(r) for r in rows], rows)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One rank's part of one step's global batch."""
+
+    step: int
+    data_step: int
+    rank: int
+    world_size: int
+    tokens: npt.NDArray[np.int64]  # (samples, seq_len)
+    sources: npt.NDArray[np.int64]  # index into spec.sources, per sample
+    # Where the batch came from, kept to work out `sample_ids` and `doc_starts` on demand.
+    _layout: _Layout = field(repr=False, compare=False)
+    _first: list[int] = field(repr=False, compare=False)  # per source: its first sample
+    _parts: list[tuple[Part, ...]] = field(repr=False, compare=False)  # per source: read there
+
+    @cached_property
+    def sample_ids(self) -> npt.NDArray[np.int64]:
+        """Per sample, its source's running sample number."""
+        return _sample_ids(self._layout, self._first)
+
+    @cached_property
+    def doc_starts(self) -> list[list[int]]:
+        """Per sample, offsets where a document begins (worked out on first use: most callers
+        never ask, and building the lists costs about as much as gathering the tokens)."""
+        starts: list[list[int]] = [[] for _ in range(len(self.sources))]
+        for rows, parts in zip(self._layout.rows, self._parts, strict=True):
+            for row, row_starts in zip(rows.tolist(), doc_starts(parts), strict=True):
+                starts[row] = row_starts
+        return starts
 
 
 def rank_range(global_batch: int, rank: int, world_size: int) -> tuple[int, int]:
@@ -136,25 +147,12 @@ class Sampler:
         data_step = self.spec.data_step(step)
         layout, first = self._plan(data_step, rank, world_size)
         tokens = np.empty((len(layout.sources), self.spec.seq_len), dtype=np.int64)
-        runs = []
-        for source, f, n, rows in zip(self.sources, first, layout.counts, layout.rows, strict=True):
-            run = source.run(f, n)
-            runs.append(run)
-            # Each source's samples, gathered back to back, go to its rows, widened on the way.
-            if n and n == len(tokens):
-                np.copyto(tokens.reshape(-1), run.tokens, casting="safe")
-            elif n:
-                tokens[rows] = run.tokens.reshape(n, -1)
+        parts: list[tuple[Part, ...]] = [()] * len(self.sources)
+        for src, (source, rows) in enumerate(zip(self.sources, layout.rows, strict=True)):
+            if len(rows):
+                parts[src] = source.read_into(first[src], rows, tokens)
         return Batch(
-            step,
-            data_step,
-            rank,
-            world_size,
-            tokens,
-            layout.sources.copy(),
-            _sample_ids(layout, first),
-            # Only where the runs read is kept, not their tokens.
-            functools.partial(_doc_starts, layout, [run.parts for run in runs]),
+            step, data_step, rank, world_size, tokens, layout.sources.copy(), layout, first, parts
         )
 
     def position(self, step: int) -> dict[str, Any]:
@@ -169,14 +167,6 @@ class Sampler:
             },
             "spec": self.spec.to_dict(),
         }
-
-
-def _doc_starts(layout: _Layout, parts: list[tuple[Part, ...]]) -> list[list[int]]:
-    starts: list[list[int]] = [[] for _ in range(len(layout.sources))]
-    for rows, part in zip(layout.rows, parts, strict=True):
-        for row, row_starts in zip(rows.tolist(), doc_starts(part), strict=True):
-            starts[row] = row_starts
-    return starts
 
 
 def _sample_ids(layout: _Layout, first: list[int]) -> Ids:

@@ -173,6 +173,9 @@ class TokenShard:
             raise IntegrityError(f"{idx_path}: header does not match the index size or dtype")
         self.sha256: str = digest.hex()
         self.offsets: npt.NDArray[np.uint64] = np.frombuffer(raw, "<u8", docs + 1, HEADER_SIZE)
+        # The loader copies documents by address, trusting these bounds: check them once here.
+        if int(self.offsets[0]) != 0 or bool(np.any(self.offsets[1:] < self.offsets[:-1])):
+            raise IntegrityError(f"{idx_path}: document offsets do not start at 0 and rise")
         size = tok_path.stat().st_size if tok_path.is_file() else -1
         if size != tokens * itemsize or int(self.offsets[-1]) != tokens:
             raise IntegrityError(
