@@ -132,11 +132,13 @@ class Holding:
 
     async def _run(self) -> None:
         while self.missing():
+            # Cleared before scheduling, so news arriving while this round runs or pauses
+            # starts the next round at once instead of waiting for a later event or the tick.
+            self.ctx.changed.clear()
             self._schedule()
             # Events come in bursts (transfers ending, children told of pieces): a short pause
             # lets one round of scheduling answer a whole burst.
             await asyncio.sleep(COALESCE)
-            self.ctx.changed.clear()
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(TICK):
                     await self.ctx.changed.wait()
