@@ -2,11 +2,14 @@
 and compare Shipyard's swarm with every host downloading straight from the origin over HTTP.
 
     sudo .venv/bin/python benchmarks/fanout.py [--hosts 16] [--rate-mbit 100] [--size-mib 256]
-        [--chaos] [--chaos-origin] [--baseline-size-mib S] [--no-baseline]
+        [--chaos] [--chaos-origin] [--baseline-size-mib S] [--no-baseline] [--no-aria2]
 
 Prints progress on stderr and, last, one JSON line: value = T_shipyard / (S/B), baseline =
 T_origin / (S/B), ratio = baseline / value (the speed-up), origin_bytes_ratio = piece bytes the
 origin sent / S. S/B is the artifact size over one host's link rate: no host can finish sooner.
+With aria2c installed, a BitTorrent swarm of the same file on the same hosts is the second
+baseline (`fanout_aria2.py`): aria2_baseline = T_aria2 / (S/B), aria2_origin_wire_ratio = bytes
+the origin's link sent (packet headers included) / S.
 """
 
 import argparse
@@ -23,6 +26,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fanout_aria2 import aria2_swarm
+from fanout_aria2 import available as aria2_available
 from fanout_rig import Rig
 from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 
@@ -95,7 +100,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--chaos", action="store_true", help="kill 25%% of hosts at 30%% progress")
     p.add_argument("--chaos-origin", action="store_true", help="kill the origin once pieces x2")
     p.add_argument("--baseline-size-mib", type=int, help="origin-only run size (default: size)")
-    p.add_argument("--no-baseline", action="store_true")
+    p.add_argument("--no-baseline", action="store_true", help="measure Shipyard's swarm only")
+    p.add_argument("--no-aria2", action="store_true", help="skip the BitTorrent baseline")
     p.add_argument(
         "--queue-ms", type=float, default=100.0,
         help="tbf queue per link, in ms of traffic (100: a deep FIFO; switches buffer less)",
@@ -385,6 +391,26 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "ratio": round(t_origin / t_swarm, 3),
         "t_origin_s": round(t_origin, 2),
         "baseline_measured_mib": base_mib,
+    }
+    if args.no_aria2 or not aria2_available():
+        say("aria2 baseline skipped" + ("" if args.no_aria2 else ": aria2c is not installed"))
+        return result
+    for host in hosts:
+        shutil.rmtree(host.store, ignore_errors=True)  # room in /dev/shm for aria2's copies
+    say(f"aria2: a BitTorrent swarm of the {args.size_mib} MiB file on the same hosts ...")
+    t_aria2, aria2_origin = aria2_swarm(
+        rig,
+        (origin_ns, origin_ip),
+        [(h.ns, h.ip) for h in hosts],
+        work / "src" / "model.bin",
+        int(args.piece_mib * (1 << 20)),
+        work,
+        args.timeout,
+    )
+    result |= {
+        "aria2_baseline": round(t_aria2 / bound, 3),
+        "t_aria2_s": round(t_aria2, 2),
+        "aria2_origin_wire_ratio": round(aria2_origin, 3),
     }
     return result
 
