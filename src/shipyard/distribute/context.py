@@ -5,6 +5,8 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.metrics import Metrics
@@ -22,6 +24,7 @@ class Context:
     origin: Origin | None
     metrics: Metrics = field(default_factory=Metrics)
     rng: random.Random = field(default_factory=random.Random)
+    array_rng: np.random.Generator = field(init=False)  # drawn from `rng`: seeded along with it
     blamed: set[str] = field(default_factory=set)
     load: dict[str, int] = field(default_factory=dict)  # open requests per peer, all artifacts
     busy_until: dict[str, float] = field(default_factory=dict)  # peers whose slots were full
@@ -31,6 +34,7 @@ class Context:
     transfers: ThreadPoolExecutor = field(init=False)  # piece downloads, hashing and writes
 
     def __post_init__(self) -> None:
+        self.array_rng = np.random.default_rng(self.rng.getrandbits(64))
         per_peer = self.config.per_peer_inflight + 1
         self.pool = Pool(per_peer)
         self.connections = Connections(per_peer)

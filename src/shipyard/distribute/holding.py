@@ -13,6 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
 from shipyard.distribute.membership import HaveMap, encode_bits
@@ -56,8 +59,9 @@ class Holding:
     _wanted_bits: int = 0
     _relay: tuple[tuple[str, ...], RelayPlan] | None = None
     _avail: tuple[tuple[int, int, int], Availability] | None = None
-    # When each missing piece was first seen held by some peer: the relay patience runs from then.
-    _seen: dict[int, float] = field(default_factory=dict)
+    # When each missing piece was first seen held by some peer (inf: not yet): the relay
+    # patience runs from then.
+    _seen_at: npt.NDArray[np.float64] = field(init=False)
     _notices: set["asyncio.Task[None]"] = field(default_factory=set)
     _runner: "asyncio.Task[None] | None" = None
 
@@ -67,6 +71,7 @@ class Holding:
             for ref in entry.pieces:
                 self.sizes.setdefault(ref.hash, ref.size)
         self.hashes = list(self.sizes)
+        self._seen_at = np.full(len(self.hashes), np.inf)
 
     # What this peer holds and wants
 
@@ -108,13 +113,15 @@ class Holding:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def missing(self) -> list[int]:
+        missing: list[int] = _indexes(self._wanted_bits & ~self.held, len(self.hashes)).tolist()
+        return missing
+
+    def _unassigned(self) -> npt.NDArray[np.intp]:
+        """Pieces wanted, not held and not in flight, in index order."""
         rest = self._wanted_bits & ~self.held
-        found = []
-        while rest:  # walk the set bits only: cheap when few pieces are missing
-            low = rest & -rest
-            found.append(low.bit_length() - 1)
-            rest ^= low
-        return found
+        for index in self.inflight:
+            rest &= ~(1 << index)
+        return _indexes(rest, len(self.hashes))
 
     def status(self) -> dict[str, object]:
         held = sum(self.sizes[self.hashes[i]] for i in self.wanted if self.has(i))
@@ -131,7 +138,7 @@ class Holding:
     # The fetch loop
 
     async def _run(self) -> None:
-        while self.missing():
+        while self._wanted_bits & ~self.held:
             # Cleared before scheduling, so news arriving while this round runs or pauses
             # starts the next round at once instead of waiting for a later event or the tick.
             self.ctx.changed.clear()
@@ -160,30 +167,48 @@ class Holding:
         return Availability(haves, len(self.hashes))
 
     def _schedule(self) -> None:
+        """One round: ask relay parents for what they hold, any holder for what is overdue,
+        the origin for owned pieces nobody holds. The work over every missing piece is done
+        with arrays: Python loops only over the few requests a round can make."""
         avail = self._availability()
         plan = self._plan(avail)
         now = time.monotonic()
-        unassigned = [i for i in self.missing() if i not in self.inflight]
+        todo = self._unassigned()
         free = self._free_peers(avail, now)
+        parents = self._parent_rows(plan, avail)[todo]  # -1: none, or not live
         # Fresh pieces come down their relay tree, oldest first: from the parent, once it has them.
-        for index in unassigned:
+        for index in todo[avail.held_by(parents, todo)].tolist():
             parent = plan.parents[index]
-            if parent in free and avail.holds(parent, index):
+            if not free:
+                break
+            if parent is not None and parent in free:
                 self._ask(index, parent, free)
-        # Pieces the parent has not passed on in time, or whose parent is gone: rarest first,
-        # from any holder.
-        overdue = [
-            i for i in unassigned if i not in self.inflight and self._overdue(i, plan, avail, now)
-        ]
-        for index in rarest_first(overdue, avail.counts, self.ctx.rng):
+        # Pieces the parent has not passed on in time, or whose parent is gone (or that this
+        # peer owns and some peer already holds): rarest first, from any holder.
+        held_somewhere = avail.counts[todo] > 0
+        unseen = held_somewhere & np.isinf(self._seen_at[todo])
+        self._seen_at[todo[unseen]] = now
+        late = now - self._seen_at[todo] > self.ctx.config.relay_patience
+        overdue = todo[held_somewhere & ((parents < 0) | late)]
+        asked = np.zeros(len(self.hashes), dtype=bool)
+        asked[list(self.inflight)] = True  # just now, of relay parents
+        overdue = overdue[~asked[overdue]]
+        if free and len(overdue):
+            overdue = overdue[avail.held_by_any(sorted(free), overdue)]
+        for index in rarest_first(overdue, avail.counts, self.ctx.array_rng):
             if not free:
                 break  # nobody left to ask: the rest of the pieces wait for the next round
             who = [p for p in avail.holders(index) if p in free]
             peer = choose_peer(who, self.ctx.load, self.ctx.config.per_peer_inflight, self.ctx.rng)
             if peer is not None:
                 self._ask(index, peer, free)
-        self._fetch_owned_from_origin(unassigned, avail, plan)
-        self._hedge(avail, endgame=not unassigned)
+        self._fetch_owned_from_origin(todo, avail, plan)
+        self._hedge(avail, endgame=not len(todo))
+
+    def _parent_rows(self, plan: RelayPlan, avail: Availability) -> npt.NDArray[np.intp]:
+        """Per piece, its relay parent's row in `avail`; -1 for none or a parent not live."""
+        rows = np.array([avail.row(m) for m in plan.members] + [-1], dtype=np.intp)
+        return rows[plan.parent_index]  # a parent index of -1 picks the trailing -1
 
     def _ask(self, index: int, peer: str, free: set[str]) -> None:
         """Request the piece of `peer`, keeping `free` to the peers that can take another
@@ -195,16 +220,6 @@ class Holding:
         if self.ctx.load[peer] >= self.ctx.config.per_peer_inflight:
             free.discard(peer)
 
-    def _overdue(self, index: int, plan: RelayPlan, avail: Availability, now: float) -> bool:
-        """Whether a missing piece some peer holds may come from a peer other than its parent."""
-        if avail.counts[index] == 0:
-            return False
-        seen = self._seen.setdefault(index, now)
-        parent = plan.parents[index]
-        if parent is None or parent not in avail.members:
-            return True  # this peer is a root (an owner that found a copy), or the parent is gone
-        return now - seen > self.ctx.config.relay_patience
-
     def _free_peers(self, avail: Availability, now: float) -> set[str]:
         """Members this peer may send another request to right now."""
         limit = self.ctx.config.per_peer_inflight
@@ -212,15 +227,16 @@ class Holding:
         return {m for m in members if self.ctx.load.get(m, 0) < limit}
 
     def _fetch_owned_from_origin(
-        self, unassigned: list[int], avail: Availability, plan: RelayPlan
+        self, todo: npt.NDArray[np.intp], avail: Availability, plan: RelayPlan
     ) -> None:
         """Pieces no live peer holds come from the origin, but only through their owners."""
         if self.ctx.origin is None or time.monotonic() < self.origin_after:
             return
-        for index in unassigned:
+        nowhere = todo[plan.owned_mask[todo] & (avail.counts[todo] == 0)]
+        for index in nowhere.tolist():
             if self.ctx.load.get(ORIGIN, 0) >= self.ctx.config.origin_inflight:
                 return
-            if index in plan.owned and index not in self.inflight and avail.counts[index] == 0:
+            if index not in self.inflight:
                 self._start(index, ORIGIN)
 
     def _plan(self, avail: Availability) -> RelayPlan:
@@ -348,7 +364,7 @@ class Holding:
         for twin in self.inflight.pop(index, []):
             twin.task.cancel()
         self.held |= 1 << index
-        self._seen.pop(index, None)
+        self._seen_at[index] = np.inf
         self._tell_children(index)
         kind = "origin" if source == ORIGIN else "peer"
         self.bytes_from[kind] += nbytes
@@ -385,3 +401,9 @@ class Holding:
         self.ctx.metrics.set(
             "shipyard_peer_artifact_pieces_wanted", len(self.wanted), artifact=self.artifact
         )
+
+
+def _indexes(bits: int, count: int) -> npt.NDArray[np.intp]:
+    """The set bits of a have-map below `count`, as piece indexes in order."""
+    packed = np.frombuffer(bits.to_bytes((count + 7) // 8, "little"), dtype=np.uint8)
+    return np.flatnonzero(np.unpackbits(packed, count=count, bitorder="little"))

@@ -8,6 +8,7 @@ import random
 from collections.abc import Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from shipyard.distribute.membership import HaveMap
 
@@ -31,13 +32,37 @@ class Availability:
         row = self._rows.get(member)
         return row is not None and bool(self.matrix[row, index])
 
+    def row(self, member: str) -> int:
+        """`member`'s row, or -1 when it is not a live holder."""
+        return self._rows.get(member, -1)
 
-def rarest_first(wanted: Sequence[int], counts: np.ndarray, rng: random.Random) -> list[int]:
+    def held_by(
+        self, rows: npt.NDArray[np.intp], pieces: npt.NDArray[np.intp]
+    ) -> npt.NDArray[np.bool_]:
+        """Per piece, whether the member in the matching row (-1: nobody) holds it."""
+        if not len(self.members):
+            return np.zeros(len(pieces), dtype=bool)
+        held: npt.NDArray[np.bool_] = (rows >= 0) & self.matrix[np.maximum(rows, 0), pieces]
+        return held
+
+    def held_by_any(
+        self, members: Sequence[str], pieces: npt.NDArray[np.intp]
+    ) -> npt.NDArray[np.bool_]:
+        """Per piece, whether any of `members` holds it."""
+        rows = np.array([self._rows[m] for m in members if m in self._rows], dtype=np.intp)
+        held: npt.NDArray[np.bool_] = np.any(self.matrix[np.ix_(rows, pieces)], axis=0)
+        return held
+
+
+def rarest_first(
+    wanted: Sequence[int] | npt.NDArray[np.intp], counts: np.ndarray, rng: np.random.Generator
+) -> list[int]:
     """Wanted pieces some peer holds, fewest holders first, ties in random order."""
     indices = np.asarray(wanted, dtype=np.int64)
     indices = indices[counts[indices] > 0] if len(indices) else indices
-    ties = np.array([rng.random() for _ in range(len(indices))])
-    return [int(i) for i in indices[np.lexsort((ties, counts[indices]))]]
+    ties = rng.random(len(indices))
+    order: list[int] = indices[np.lexsort((ties, counts[indices]))].tolist()
+    return order
 
 
 def choose_peer(

@@ -48,11 +48,14 @@ def rendezvous_owners(piece_hash: str, members: Iterable[str], count: int) -> li
 
 class RelayPlan:
     """This peer's place in every piece's relay tree: whom it gets each piece from (None: the
-    origin, for pieces it owns), and whom it passes each piece on to."""
+    origin, for pieces it owns), and whom it passes each piece on to. `parent_index` and
+    `owned_mask` say the same as arrays (a parent as its index in `members`, -1 for none), for
+    the scheduler's per-round work over every piece."""
 
     def __init__(
         self, hashes: Sequence[str], members: Sequence[str], me: str, fanout: int, owners: int
     ) -> None:
+        self.members = tuple(members)
         self.parents: list[str | None] = []
         self.children: list[list[str]] = []
         self.owned: set[int] = set()
@@ -73,6 +76,12 @@ class RelayPlan:
             self.children.append(
                 [tree.at(p) for p in range(first, min(first + fanout, len(members)))]
             )
+        position = {m: i for i, m in enumerate(self.members)}
+        self.parent_index = np.array(
+            [-1 if p is None else position[p] for p in self.parents], dtype=np.int64
+        )
+        self.owned_mask = np.zeros(len(hashes), dtype=bool)
+        self.owned_mask[list(self.owned)] = True
 
 
 class _Tree:
