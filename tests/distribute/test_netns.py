@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 BENCH = Path(__file__).parents[2] / "benchmarks" / "fanout.py"
+FLOOR = Path(__file__).parents[2] / "benchmarks" / "fanout_floor.py"
 
 pytestmark = [
     pytest.mark.root,
@@ -53,3 +54,21 @@ def test_chaos_survivors_complete_and_restarted_hosts_resume() -> None:
     result = run_bench("--chaos", "--no-baseline")
     assert any("killed" in str(e) for e in result["events"])
     assert result["restarted_hosts_refetched_pieces"] == 0
+
+
+def test_rig_floor_small() -> None:
+    """The rig without the swarm: bulk flows cannot beat the link, pieces cannot exceed it."""
+    before = namespaces()
+    results = []
+    for mode in ("bulk", "pieces"):
+        done = subprocess.run(
+            [sys.executable, str(FLOOR), "--mode", mode, "--hosts", "3", "--flows", "2",
+             "--size-mib", "8", "--seconds", "2", "--rate-mbit", "200"],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+    assert namespaces() == before
+    bulk, pieces = results
+    assert float(bulk["value"]) >= 1.0
+    assert 0.0 < float(pieces["value"]) <= 1.0
