@@ -28,10 +28,6 @@ class Availability:
     def holders(self, index: int) -> list[str]:
         return [self.members[j] for j in np.flatnonzero(self.matrix[:, index])]
 
-    def holds(self, member: str, index: int) -> bool:
-        row = self._rows.get(member)
-        return row is not None and bool(self.matrix[row, index])
-
     def row(self, member: str) -> int:
         """`member`'s row, or -1 when it is not a live holder."""
         return self._rows.get(member, -1)
