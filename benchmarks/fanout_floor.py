@@ -61,7 +61,8 @@ def fetch(conn: socket.socket, size: int, offset: int, buffer: memoryview) -> in
 
 
 def agent(args: list[str]) -> None:
-    """One host: serve, wait for the start time, fetch, print bytes received and seconds."""
+    """One host: serve, wait for the start time, fetch; print the bytes received and when the
+    last bulk flow ended."""
     mode, me, peers, flows, size, seconds, path, start = args
     ring = peers.split(",")
     others = [p for p in ring if p != me]
@@ -103,6 +104,8 @@ def main() -> None:
     args = p.parse_args()
     if os.geteuid() != 0:
         p.error("needs root (network namespaces and tc)")
+    if not 1 <= args.flows < args.hosts:
+        p.error("--flows must be at least 1 and below --hosts (each flow needs another host)")
     work = Path(tempfile.mkdtemp(prefix="shipyard-floor-", dir="/dev/shm"))
     rig = Rig(f"{os.getpid() % 100000}")
     try:
