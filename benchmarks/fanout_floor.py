@@ -134,8 +134,9 @@ def main() -> None:
     else:
         rates = [o["bytes"] / args.seconds / link for o in outs]
         value = sum(rates) / len(rates)
-    result = {"name": f"fanout_floor_{args.mode}", "value": round(value, 3), "hosts": args.hosts,
-              "flows": args.flows, "rate_mbit": args.rate_mbit}  # fmt: skip
+    unit = "x S/B" if args.mode == "bulk" else "share of link rate"
+    result = {"name": f"fanout_floor_{args.mode}", "value": round(value, 3), "unit": unit,
+              "hosts": args.hosts, "flows": args.flows, "rate_mbit": args.rate_mbit}  # fmt: skip
     print(json.dumps(result))
 
 

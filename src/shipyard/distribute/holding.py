@@ -19,7 +19,7 @@ import numpy.typing as npt
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
 from shipyard.distribute.membership import HaveMap, encode_bits
-from shipyard.distribute.picker import Availability, choose_peer, rarest_first
+from shipyard.distribute.picker import Availability, choose_peer, piece_indexes, rarest_first
 from shipyard.distribute.relay import RelayPlan
 from shipyard.distribute.transfer import PieceCall, fetch_piece
 from shipyard.distribute.wire import Header, PeerBusy, request
@@ -113,7 +113,8 @@ class Holding:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def missing(self) -> list[int]:
-        missing: list[int] = _indexes(self._wanted_bits & ~self.held, len(self.hashes)).tolist()
+        rest = self._wanted_bits & ~self.held
+        missing: list[int] = piece_indexes(rest, len(self.hashes)).tolist()
         return missing
 
     def _unassigned(self) -> npt.NDArray[np.intp]:
@@ -121,7 +122,7 @@ class Holding:
         rest = self._wanted_bits & ~self.held
         for index in self.inflight:
             rest &= ~(1 << index)
-        return _indexes(rest, len(self.hashes))
+        return piece_indexes(rest, len(self.hashes))
 
     def status(self) -> dict[str, object]:
         held = sum(self.sizes[self.hashes[i]] for i in self.wanted if self.has(i))
@@ -175,7 +176,7 @@ class Holding:
         now = time.monotonic()
         todo = self._unassigned()
         free = self._free_peers(avail, now)
-        parents = self._parent_rows(plan, avail)[todo]  # -1: none, or not live
+        parents = plan.parent_rows(avail.row)[todo]  # -1: none, or not live
         # Fresh pieces come down their relay tree, oldest first: from the parent, once it has them.
         for index in todo[avail.held_by(parents, todo)].tolist():
             parent = plan.parents[index]
@@ -204,11 +205,6 @@ class Holding:
                 self._ask(index, peer, free)
         self._fetch_owned_from_origin(todo, avail, plan)
         self._hedge(avail, endgame=not len(todo))
-
-    def _parent_rows(self, plan: RelayPlan, avail: Availability) -> npt.NDArray[np.intp]:
-        """Per piece, its relay parent's row in `avail`; -1 for none or a parent not live."""
-        rows = np.array([avail.row(m) for m in plan.members] + [-1], dtype=np.intp)
-        return rows[plan.parent_index]  # a parent index of -1 picks the trailing -1
 
     def _ask(self, index: int, peer: str, free: set[str]) -> None:
         """Request the piece of `peer`, keeping `free` to the peers that can take another
@@ -401,9 +397,3 @@ class Holding:
         self.ctx.metrics.set(
             "shipyard_peer_artifact_pieces_wanted", len(self.wanted), artifact=self.artifact
         )
-
-
-def _indexes(bits: int, count: int) -> npt.NDArray[np.intp]:
-    """The set bits of a have-map below `count`, as piece indexes in order."""
-    packed = np.frombuffer(bits.to_bytes((count + 7) // 8, "little"), dtype=np.uint8)
-    return np.flatnonzero(np.unpackbits(packed, count=count, bitorder="little"))

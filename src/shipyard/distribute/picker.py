@@ -50,6 +50,12 @@ class Availability:
         return held
 
 
+def piece_indexes(bits: int, count: int) -> npt.NDArray[np.intp]:
+    """The set bits of a have-map below `count`, as piece indexes in order."""
+    packed = np.frombuffer(bits.to_bytes((count + 7) // 8, "little"), dtype=np.uint8)
+    return np.flatnonzero(np.unpackbits(packed, count=count, bitorder="little"))
+
+
 def rarest_first(
     wanted: Sequence[int] | npt.NDArray[np.intp], counts: np.ndarray, rng: np.random.Generator
 ) -> list[int]:

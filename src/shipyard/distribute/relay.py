@@ -16,7 +16,7 @@ pieces and 1,000 members.
 
 import bisect
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -82,6 +82,12 @@ class RelayPlan:
         )
         self.owned_mask = np.zeros(len(hashes), dtype=bool)
         self.owned_mask[list(self.owned)] = True
+
+    def parent_rows(self, row_of: Callable[[str], int]) -> npt.NDArray[np.intp]:
+        """Per piece, its parent's row as `row_of` numbers members (-1 for none, or a parent
+        `row_of` does not know)."""
+        rows = np.array([row_of(m) for m in self.members] + [-1], dtype=np.intp)
+        return rows[self.parent_index]  # a parent index of -1 picks the trailing -1
 
 
 class _Tree:
