@@ -1,6 +1,8 @@
 """Gossip membership and piece choice as pure functions, with a hand-driven clock."""
 
+import math
 import random
+import re
 
 import numpy as np
 
@@ -122,6 +124,18 @@ def test_relay_trees_agree_across_peers_and_spread_the_uploads() -> None:
     # its share (15/16 of a copy per piece on average).
     assert sum(uploads.values()) == 15 * len(hashes)
     assert max(uploads.values()) < 1.4 * 15 * len(hashes) / 16
+    # Nor in bursts: runs of consecutive pieces for which a member is an inner node are short
+    # (turning the ring by one place per piece made runs of 7 or more), so no uplink queues a
+    # long backlog while another idles.
+    runs = []
+    for member in members:
+        inner = "".join("1" if plans[member].children[i] else "0" for i in range(len(hashes)))
+        runs += [len(run) for run in re.findall("1+", inner)]
+    assert max(runs) <= 5 and sum(runs) / len(runs) < 1.5
+
+
+def _coprime_half(size: int) -> int:
+    return next(s for s in range(max(size // 2, 1), size + 2) if math.gcd(s, size) == 1)
 
 
 def test_relay_plan_matches_the_whole_order_built_naively() -> None:
@@ -136,7 +150,7 @@ def test_relay_plan_matches_the_whole_order_built_naively() -> None:
             for index, piece in enumerate(hashes):
                 roots = rendezvous_owners(piece, members, owners)
                 rest = [m for m in ring if m not in roots]
-                turn = index % len(rest) if rest else 0
+                turn = index * _coprime_half(len(rest)) % len(rest) if rest else 0
                 order = [*roots, *rest[turn:], *rest[:turn]]
                 rank = order.index(me)
                 assert plan.parents[index] == (order[(rank - 1) // fanout] if rank else None)

@@ -4,10 +4,13 @@ Every member that wants the whole artifact places each piece in a `fanout`-ary h
 is the piece's rendezvous owner (highest hash of member and piece): it alone fetches the piece
 from the origin, which bounds origin bytes to about one copy, and when a member leaves only the
 pieces it owned change owner. The other members follow the root in a ring (members sorted by
-their own hash) turned by one place per piece, so over any run of N-1 pieces each member sits at
-every position once: inner nodes upload `fanout` copies, leaves none, and the upload work of the
-whole fan-out is spread evenly over all uplinks instead of falling on whichever hosts happen to
-be ahead. Peers that share a membership view derive the same trees without talking.
+their own hash) turned about half way round from one piece to the next, by a step coprime with
+the ring's length, so over any run of N-1 pieces each member sits at every position once: inner
+nodes upload `fanout` copies, leaves none, and the upload work of the whole fan-out is spread
+evenly over all uplinks instead of falling on whichever hosts happen to be ahead. Turning by one
+place instead kept each member an inner node for a run of consecutive pieces, a burst of uploads
+its link had to queue, and then a leaf with an idle uplink; half way round alternates. Peers
+that share a membership view derive the same trees without talking.
 
 Only this peer's own place in each tree is computed, with numpy for the rendezvous scores, so a
 plan costs O(pieces x members) machine work and O(pieces) Python work: about 0.2 s for 6,400
@@ -16,6 +19,7 @@ pieces and 1,000 members.
 
 import bisect
 import hashlib
+import math
 from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
@@ -90,15 +94,24 @@ class RelayPlan:
         return rows[self.parent_index]  # a parent index of -1 picks the trailing -1
 
 
+def ring_step(size: int) -> int:
+    """How far the ring turns from one piece to the next: the first step from half its length
+    up that is coprime with it, so that `size` pieces still visit every turn once."""
+    step = max(size // 2, 1)
+    while math.gcd(step, size) != 1:
+        step += 1
+    return step
+
+
 class _Tree:
-    """One piece's member order: the roots, then the ring without them turned by `turn`."""
+    """One piece's member order: the roots, then the ring without them turned `turn` steps."""
 
     def __init__(self, ring: list[str], roots: list[str], turn: int) -> None:
         self.ring = ring
         self.roots = roots
         self.skipped = sorted(ring.index(r) for r in roots)  # ring positions the roots leave
         self.size = len(ring) - len(roots)
-        self.turn = turn % self.size if self.size else 0
+        self.turn = turn * ring_step(self.size) % self.size if self.size else 0
 
     def rank_in_ring(self, ring_position: int) -> int:
         """The order position of the non-root member at `ring_position`."""
