@@ -28,6 +28,7 @@ from pathlib import Path
 
 from fanout_aria2 import aria2_swarm
 from fanout_aria2 import available as aria2_available
+from fanout_links import LinkMeter
 from fanout_rig import Rig
 from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 
@@ -326,7 +327,9 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     say(f"swarm: {args.hosts} hosts at {args.rate_mbit} Mbit/s, S/B = {bound:.1f} s")
     idle_cpu = {h.name: cpu_seconds(h.proc) for h in hosts}  # start-up, before the clock
     busy_before = cpu_busy()
+    links = LinkMeter(rig, sys.executable, work / "links.jsonl")
     t_swarm = swarm(rig, args, manifest, run, origin_url, origin, time.monotonic())
+    link_use = links.summary(args.rate_mbit, args.origin_rate_mbit)
     busy_after = cpu_busy()
     machine_busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
     daemon_cpu = sum(
@@ -373,6 +376,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "swarm_cpu_s_per_host": round(
             daemon_cpu / max(1, sum(h.starts == 1 and h.name not in run.dead for h in hosts)), 2
         ),
+        **link_use,
     }
     say(f"swarm done in {t_swarm:.1f} s; origin sent {origin_bytes / size:.2f} x S")
     if args.no_baseline:

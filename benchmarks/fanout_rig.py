@@ -48,7 +48,7 @@ class Rig:
         """A namespace with one link to the bridge capped at `rate_mbit` each way: (ns, IP)."""
         ns = self._namespace(name)
         ip = f"{SUBNET}.{index // 250}.{index % 250 + 1}"
-        port = f"p{self.tag}{name}"[:15]
+        port = self.port(name)
         sh("ip", "link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", port,
            "netns", self.bridge_ns)  # fmt: skip
         sh("ip", "-n", ns, "addr", "add", f"{ip}/16", "dev", "eth0")
@@ -58,6 +58,10 @@ class Rig:
         self._shape(ns, "eth0", rate_mbit)
         self._shape(self.bridge_ns, port, rate_mbit)
         return ns, ip
+
+    def port(self, name: str) -> str:
+        """The bridge-side end of a host's link (its tx: what the host downloads)."""
+        return f"p{self.tag}{name}"[:15]
 
     def _shape(self, ns: str, dev: str, rate_mbit: float) -> None:
         # Room for a whole 64 KiB GSO super-packet: a smaller bucket makes tbf split every one
