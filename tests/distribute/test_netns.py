@@ -45,6 +45,12 @@ def test_swarm_over_shaped_namespaces_beats_origin_only() -> None:
     assert float(result["origin_bytes_ratio"]) <= 1.2
     assert float(result["value"]) >= 1.0  # no host beats size / link rate
     assert float(result["baseline"]) >= 3.0  # four hosts share one origin link
+    # The link meter: no link beyond its rate, and every byte a host downloaded was uploaded
+    # by another host or the origin (4 hosts at 200 Mbit/s, the origin at 100).
+    down, up = float(result["host_download_use"]), float(result["host_upload_use"])
+    origin_use = float(result["origin_upload_use"])
+    assert 0.0 < down <= 1.05 and 0.0 < origin_use <= 1.05
+    assert 4 * 200 * down == pytest.approx(4 * 200 * up + 100 * origin_use, rel=0.1)
     if shutil.which("aria2c"):  # the BitTorrent baseline ran on the same hosts and finished
         assert float(result["aria2_baseline"]) >= 1.0
         assert float(result["aria2_origin_wire_ratio"]) >= 1.0  # the origin seeded a copy
