@@ -44,7 +44,7 @@ class DaemonConfig:
     origin_inflight: int = 1
     upload_slots: int = 4
     origin_replicas: int = 1
-    relay_fanout: int = 2
+    mesh_degree: int = 4  # upstream peers, each with one request open; as many downstream
     relay_patience: float = 2.0
     upload_limit_bps: float | None = None
 
@@ -70,7 +70,7 @@ class DaemonConfig:
             "origin_inflight": self.origin_inflight,
             "upload_slots": self.upload_slots,
             "origin_replicas": self.origin_replicas,
-            "relay_fanout": self.relay_fanout,
+            "mesh_degree": self.mesh_degree,
         }
         for name, count in counts.items():
             if count < 1:

@@ -42,7 +42,7 @@ class Context:
         # children too), plus room to store finished pieces, so a blocked transfer never delays
         # writing a completed one.
         cfg = self.config
-        uploads = cfg.upload_slots + cfg.relay_fanout
+        uploads = cfg.upload_slots + cfg.mesh_degree
         workers = cfg.max_inflight + cfg.origin_inflight + uploads + 2
         self.transfers = ThreadPoolExecutor(workers, thread_name_prefix="transfer")
         self.metrics.set("shipyard_peer_blamed_peers", 0)

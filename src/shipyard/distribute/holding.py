@@ -1,6 +1,7 @@
 """One artifact on one peer: which of its pieces are held, wanted and in flight, and the loop
-that fetches the missing ones: from the relay-tree parent (see `relay`), from any holder (rarest
-first) when the parent is late or gone, or, for pieces it owns, from the origin.
+that fetches the missing ones: from its upstream peers in the mesh (see `relay`), one request
+open to each, rarest first; from any holder when no upstream peer has a piece in time; or, for
+pieces it owns, from the origin.
 
 A piece is stored only after its SHA-256 matches the manifest, and is served onward from that
 moment (pipelining). Pieces already on disk at start are never fetched again (resume).
@@ -168,32 +169,22 @@ class Holding:
         return Availability(haves, len(self.hashes))
 
     def _schedule(self) -> None:
-        """One round: ask relay parents for what they hold, any holder for what is overdue,
-        the origin for owned pieces nobody holds. The work over every missing piece is done
-        with arrays: Python loops only over the few requests a round can make."""
+        """One round: ask each upstream peer for the rarest piece it holds, any holder for
+        what is overdue, the origin for owned pieces nobody holds. The work over every missing
+        piece is done with arrays: Python loops only over the few requests a round can make."""
         avail = self._availability()
         plan = self._plan(avail)
         now = time.monotonic()
         todo = self._unassigned()
         free = self._free_peers(avail, now)
-        parents = plan.parent_rows(avail.row)[todo]  # -1: none, or not live
-        # Fresh pieces come down their relay tree, oldest first: from the parent, once it has them.
-        for index in todo[avail.held_by(parents, todo)].tolist():
-            parent = plan.parents[index]
-            if not free:
-                break
-            if parent is not None and parent in free:
-                self._ask(index, parent, free)
-        # Pieces the parent has not passed on in time, or whose parent is gone (or that this
-        # peer owns and some peer already holds): rarest first, from any holder.
+        self._ask_upstream(todo, avail, plan, free)
+        todo = todo[~np.isin(todo, list(self.inflight))]
+        # Pieces no upstream peer has passed on in time: rarest first, from any holder.
         held_somewhere = avail.counts[todo] > 0
         unseen = held_somewhere & np.isinf(self._seen_at[todo])
         self._seen_at[todo[unseen]] = now
         late = now - self._seen_at[todo] > self.ctx.config.relay_patience
-        overdue = todo[held_somewhere & ((parents < 0) | late)]
-        asked = np.zeros(len(self.hashes), dtype=bool)
-        asked[list(self.inflight)] = True  # just now, of relay parents
-        overdue = overdue[~asked[overdue]]
+        overdue = todo[held_somewhere & late]
         if free and len(overdue):
             overdue = overdue[avail.held_by_any(sorted(free), overdue)]
         for index in rarest_first(overdue, avail.counts, self.ctx.array_rng):
@@ -205,6 +196,23 @@ class Holding:
                 self._ask(index, peer, free)
         self._fetch_owned_from_origin(todo, avail, plan)
         self._hedge(avail, endgame=not len(todo))
+
+    def _ask_upstream(
+        self, todo: npt.NDArray[np.intp], avail: Availability, plan: RelayPlan, free: set[str]
+    ) -> None:
+        """Keep one request open to each upstream peer: for the rarest piece it holds that
+        this peer lacks and is not fetching yet."""
+        asked = np.zeros(len(self.hashes), dtype=bool)
+        upstream = [p for p in plan.upstream if p in free and self.ctx.load.get(p, 0) == 0]
+        self.ctx.rng.shuffle(upstream)  # no peer always gets first pick of the rarest pieces
+        for peer in upstream:
+            row = avail.row(peer)
+            if row < 0:
+                continue
+            offered = todo[avail.matrix[row, todo] & ~asked[todo]]
+            for index in rarest_first(offered, avail.counts, self.ctx.array_rng)[:1]:
+                asked[index] = True
+                self._ask(index, peer, free)
 
     def _ask(self, index: int, peer: str, free: set[str]) -> None:
         """Request the piece of `peer`, keeping `free` to the peers that can take another
@@ -236,15 +244,15 @@ class Holding:
                 self._start(index, ORIGIN)
 
     def _plan(self, avail: Availability) -> RelayPlan:
-        """The relay trees over the live members that want the whole artifact, and this peer;
-        rebuilt only when that set changes."""
+        """The mesh and origin owners over the live members that want the whole artifact, and
+        this peer; rebuilt only when that set changes."""
         membership = self.ctx.membership
         wanting = [m for m in avail.members if membership.wants_all(m, self.artifact)]
         members = tuple(sorted({*wanting, membership.me}))
         if self._relay is None or self._relay[0] != members:
             cfg = self.ctx.config
             plan = RelayPlan(
-                self.hashes, members, membership.me, cfg.relay_fanout, cfg.origin_replicas
+                self.hashes, members, membership.me, cfg.mesh_degree, cfg.origin_replicas
             )
             self._relay = (members, plan)
         return self._relay[1]
@@ -317,9 +325,9 @@ class Holding:
             "artifact": self.artifact,
             "from": self.ctx.membership.me,
             "have": encode_bits(self.held),
-            # The parent keeps upload slots for its relay children, so the tree never stalls
-            # behind requests for older pieces.
-            "relay": self._relay is not None and self._relay[1].parents[index] == source,
+            # An upstream peer keeps upload slots for its downstream peers, so the mesh never
+            # stalls behind other requests.
+            "relay": self._relay is not None and source in self._relay[1].upstream,
         }
         try:
             reply, body = await self._blocking(
@@ -361,16 +369,16 @@ class Holding:
             twin.task.cancel()
         self.held |= 1 << index
         self._seen_at[index] = np.inf
-        self._tell_children(index)
+        self._tell_downstream()
         kind = "origin" if source == ORIGIN else "peer"
         self.bytes_from[kind] += nbytes
         self.ctx.metrics.inc("shipyard_peer_bytes_received_total", nbytes, source=kind)
         self.ctx.metrics.inc("shipyard_peer_pieces_received_total", source=kind)
         self._update_gauges()
 
-    def _tell_children(self, index: int) -> None:
-        """Tell the piece's children in its relay tree at once that it is here, rather than
-        leaving them to hear of it at the next gossip round."""
+    def _tell_downstream(self) -> None:
+        """Tell the downstream peers at once that a piece is here, rather than leaving them to
+        hear of it at the next gossip round."""
         if self._relay is None:
             return
         header = {
@@ -379,7 +387,7 @@ class Holding:
             "from": self.ctx.membership.me,
             "have": encode_bits(self.held),
         }
-        for child in self._relay[1].children[index]:
+        for child in self._relay[1].downstream:
             task = asyncio.get_running_loop().create_task(self._notify(child, header))
             self._notices.add(task)
             task.add_done_callback(self._notices.discard)

@@ -32,15 +32,6 @@ class Availability:
         """`member`'s row, or -1 when it is not a live holder."""
         return self._rows.get(member, -1)
 
-    def held_by(
-        self, rows: npt.NDArray[np.intp], pieces: npt.NDArray[np.intp]
-    ) -> npt.NDArray[np.bool_]:
-        """Per piece, whether the member in the matching row (-1: nobody) holds it."""
-        if not len(self.members):
-            return np.zeros(len(pieces), dtype=bool)
-        held: npt.NDArray[np.bool_] = (rows >= 0) & self.matrix[np.maximum(rows, 0), pieces]
-        return held
-
     def held_by_any(
         self, members: Sequence[str], pieces: npt.NDArray[np.intp]
     ) -> npt.NDArray[np.bool_]:

@@ -101,7 +101,7 @@ class Server:
                 # A few upload slots, like BitTorrent's unchoke slots: a full peer says so at
                 # once, so requesters spread over other holders instead of queueing on one uplink.
                 cfg = self.ctx.config
-                slots = cfg.upload_slots + (cfg.relay_fanout if header.get("relay") is True else 0)
+                slots = cfg.upload_slots + (cfg.mesh_degree if header.get("relay") is True else 0)
                 if self.uploads >= slots:
                     raise PeerBusy(f"all {self.uploads} upload slots are in use")
                 self.uploads += 1
