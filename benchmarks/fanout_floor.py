@@ -8,8 +8,10 @@ fetches over the same namespaces, veth links and `tc tbf` caps (needs root).
   over kept-alive connections, from random other hosts, for `--seconds`: the request/response
   pattern of a piece swarm with everything available everywhere. The value is the mean payload
   rate per host ÷ link rate (at most about 0.95 with headers).
+- `--mode pairs`: the same, but loop k of host i always asks host i+1+k, so every host serves
+  exactly as many loops as it runs (the pattern of `shipyard.distribute`'s mesh).
 
-    sudo .venv/bin/python benchmarks/fanout_floor.py [--mode bulk|pieces] [--hosts 16] [--flows 4]
+    sudo .venv/bin/python benchmarks/fanout_floor.py [--mode bulk|pieces|pairs] [--flows 4]
 
 Last line: one JSON object.
 """
@@ -80,8 +82,9 @@ def agent(args: list[str]) -> None:
             finished[k] = time.time()
             return
         conns: dict[str, socket.socket] = {}
+        mine = ring[(ring.index(me) + 1 + k) % len(ring)]
         while time.time() < stop:
-            peer = random.choice(others)
+            peer = random.choice(others) if mode == "pieces" else mine
             conn = conns.get(peer) or conns.setdefault(peer, socket.create_connection((peer, PORT)))
             received[k] += fetch(conn, 1 << 20, 0, buffer)
 
@@ -95,12 +98,12 @@ def agent(args: list[str]) -> None:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--mode", choices=("bulk", "pieces"), default="bulk")
+    p.add_argument("--mode", choices=("bulk", "pieces", "pairs"), default="bulk")
     p.add_argument("--hosts", type=int, default=16)
-    p.add_argument("--flows", type=int, default=4, help="transfers (bulk) or loops (pieces)")
+    p.add_argument("--flows", type=int, default=4, help="transfers (bulk) or loops (others)")
     p.add_argument("--rate-mbit", type=float, default=100.0)
     p.add_argument("--size-mib", type=int, default=128, help="bytes each host fetches (bulk)")
-    p.add_argument("--seconds", type=float, default=15.0, help="how long to fetch (pieces)")
+    p.add_argument("--seconds", type=float, default=15.0, help="how long to fetch (not bulk)")
     args = p.parse_args()
     if os.geteuid() != 0:
         p.error("needs root (network namespaces and tc)")

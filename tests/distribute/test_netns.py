@@ -63,10 +63,10 @@ def test_chaos_survivors_complete_and_restarted_hosts_resume() -> None:
 
 
 def test_rig_floor_small() -> None:
-    """The rig without the swarm: bulk flows cannot beat the link, pieces cannot exceed it."""
+    """The rig without the swarm: bulk flows cannot beat the link, requests cannot exceed it."""
     before = namespaces()
     results = []
-    for mode in ("bulk", "pieces"):
+    for mode in ("bulk", "pieces", "pairs"):
         done = subprocess.run(
             [sys.executable, str(FLOOR), "--mode", mode, "--hosts", "3", "--flows", "2",
              "--size-mib", "8", "--seconds", "2", "--rate-mbit", "200"],
@@ -75,6 +75,6 @@ def test_rig_floor_small() -> None:
         assert done.returncode == 0, done.stderr[-3000:]
         results.append(json.loads(done.stdout.strip().splitlines()[-1]))
     assert namespaces() == before
-    bulk, pieces = results
+    bulk, pieces, pairs = results
     assert float(bulk["value"]) >= 1.0
-    assert 0.0 < float(pieces["value"]) <= 1.0
+    assert 0.0 < float(pieces["value"]) <= 1.0 and 0.0 < float(pairs["value"]) <= 1.0
