@@ -5,7 +5,7 @@ import random
 import numpy as np
 
 from shipyard.distribute.membership import HaveMap, Membership, encode_bits
-from shipyard.distribute.picker import Availability, choose_peer, rarest_first
+from shipyard.distribute.picker import Availability, choose_peer, rarest_first, upstream_picks
 from shipyard.distribute.relay import RelayPlan, mesh_offsets, owner_lists
 
 
@@ -90,6 +90,17 @@ def test_rarest_first_and_least_loaded_peer() -> None:
     assert choose_peer(["a", "b"], {"a": 1}, 2, rng) == "b"
     assert choose_peer(["a", "b"], {"a": 2, "b": 2}, 2, rng) is None
     assert {choose_peer(["a", "b"], {}, 2, rng) for _ in range(20)} == {"a", "b"}  # no herding
+
+
+def test_each_upstream_peer_gets_one_request_for_the_rarest_piece_it_has() -> None:
+    haves = {"a": HaveMap(True, 0b0111), "b": HaveMap(True, 0b0011), "c": HaveMap(True, 0b1001)}
+    avail = Availability(haves, 5)
+    todo = np.array([0, 1, 2, 3, 4])
+    picks = upstream_picks(todo, avail, ["a", "b", "gone", "c"], np.random.default_rng(0))
+    # a: 2 and 3 are rarest (one holder), 2 is a's; b: 1 (0 has three holders); c: 3 (its
+    # rarest); "gone" holds nothing live; 4 is held by nobody. No piece is asked for twice.
+    assert picks == [(2, "a"), (1, "b"), (3, "c")]
+    assert upstream_picks(todo[:1], avail, ["a", "b"], np.random.default_rng(0)) == [(0, "a")]
 
 
 def test_direct_have_news_adds_to_gossip_and_bad_news_is_ignored() -> None:

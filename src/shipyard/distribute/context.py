@@ -38,9 +38,9 @@ class Context:
         per_peer = self.config.per_peer_inflight + 1
         self.pool = Pool(per_peer)
         self.connections = Connections(per_peer)
-        # A thread per open request (peers and origin) and per upload slot (those kept for relay
-        # children too), plus room to store finished pieces, so a blocked transfer never delays
-        # writing a completed one.
+        # A thread per open request (peers and origin) and per upload slot (those kept for
+        # downstream peers too), plus room to store finished pieces, so a blocked transfer never
+        # delays writing a completed one.
         cfg = self.config
         uploads = cfg.upload_slots + cfg.mesh_degree
         workers = cfg.max_inflight + cfg.origin_inflight + uploads + 2

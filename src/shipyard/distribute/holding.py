@@ -20,7 +20,13 @@ import numpy.typing as npt
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
 from shipyard.distribute.membership import HaveMap, encode_bits
-from shipyard.distribute.picker import Availability, choose_peer, piece_indexes, rarest_first
+from shipyard.distribute.picker import (
+    Availability,
+    choose_peer,
+    piece_indexes,
+    rarest_first,
+    upstream_picks,
+)
 from shipyard.distribute.relay import RelayPlan
 from shipyard.distribute.transfer import PieceCall, fetch_piece
 from shipyard.distribute.wire import Header, PeerBusy, request
@@ -177,7 +183,11 @@ class Holding:
         now = time.monotonic()
         todo = self._unassigned()
         free = self._free_peers(avail, now)
-        self._ask_upstream(todo, avail, plan, free)
+        # One request open to each upstream peer, for the rarest piece it holds.
+        upstream = [p for p in plan.upstream if p in free and self.ctx.load.get(p, 0) == 0]
+        self.ctx.rng.shuffle(upstream)  # no peer always gets first pick of the rarest pieces
+        for index, upstream_peer in upstream_picks(todo, avail, upstream, self.ctx.array_rng):
+            self._ask(index, upstream_peer, free)
         todo = todo[~np.isin(todo, list(self.inflight))]
         # Pieces no upstream peer has passed on in time: rarest first, from any holder.
         held_somewhere = avail.counts[todo] > 0
@@ -196,23 +206,6 @@ class Holding:
                 self._ask(index, peer, free)
         self._fetch_owned_from_origin(todo, avail, plan)
         self._hedge(avail, endgame=not len(todo))
-
-    def _ask_upstream(
-        self, todo: npt.NDArray[np.intp], avail: Availability, plan: RelayPlan, free: set[str]
-    ) -> None:
-        """Keep one request open to each upstream peer: for the rarest piece it holds that
-        this peer lacks and is not fetching yet."""
-        asked = np.zeros(len(self.hashes), dtype=bool)
-        upstream = [p for p in plan.upstream if p in free and self.ctx.load.get(p, 0) == 0]
-        self.ctx.rng.shuffle(upstream)  # no peer always gets first pick of the rarest pieces
-        for peer in upstream:
-            row = avail.row(peer)
-            if row < 0:
-                continue
-            offered = todo[avail.matrix[row, todo] & ~asked[todo]]
-            for index in rarest_first(offered, avail.counts, self.ctx.array_rng)[:1]:
-                asked[index] = True
-                self._ask(index, peer, free)
 
     def _ask(self, index: int, peer: str, free: set[str]) -> None:
         """Request the piece of `peer`, keeping `free` to the peers that can take another

@@ -58,6 +58,27 @@ def rarest_first(
     return order
 
 
+def upstream_picks(
+    todo: npt.NDArray[np.intp],
+    avail: Availability,
+    upstream: Sequence[str],
+    rng: np.random.Generator,
+) -> list[tuple[int, str]]:
+    """One (piece, peer) request per upstream peer, in the order given: the rarest piece of
+    `todo` that the peer holds and no earlier pick took."""
+    taken = np.zeros(len(avail.counts), dtype=bool)
+    picks = []
+    for peer in upstream:
+        row = avail.row(peer)
+        if row < 0:
+            continue
+        offered = rarest_first(todo[avail.matrix[row, todo] & ~taken[todo]], avail.counts, rng)
+        if offered:
+            taken[offered[0]] = True
+            picks.append((offered[0], peer))
+    return picks
+
+
 def choose_peer(
     candidates: Sequence[str], load: Mapping[str, int], limit: int, rng: random.Random
 ) -> str | None:
