@@ -169,7 +169,7 @@ class PeerDaemon:
         return self.holdings[artifact].status()
 
     async def _on_have(self, header: Header) -> dict[str, Any]:
-        """A peer stored a piece this one gets from it in a relay tree: schedule at once."""
+        """A peer stored a piece (this one is downstream of it in the mesh): schedule at once."""
         member, artifact = header.get("from"), header.get("artifact")
         if isinstance(member, str) and isinstance(artifact, str):
             self.ctx.membership.note_have(member, artifact, header.get("have"))

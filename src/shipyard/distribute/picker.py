@@ -1,4 +1,4 @@
-"""Piece choice when the relay tree does not decide it: rarest first among live holders.
+"""Piece choice: the rarest piece each upstream peer can send, and rarest first among live holders.
 
 Rarest-first keeps every piece replicated as evenly as possible, so the loss of any one host
 removes no piece from the swarm and every uplink has something others want.
