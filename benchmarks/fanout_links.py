@@ -54,17 +54,14 @@ class LinkMeter:
         steady = [
             (a, b) for a, b in steps
             if origin_port in a and origin_port in b
-            and _mbit(a, b, origin_port, 1) > origin_mbit / 2
+            and _mbit([(a, b)], origin_port, 1) > origin_mbit / 2
         ]  # fmt: skip
         if not steady:
             return {}
         hosts = [k for k in steady[0][0] if k not in ("t", origin_port)]
 
         def use(port: str, way: int, rate: float) -> float:
-            spans = [(a, b) for a, b in steady if port in a and port in b]
-            moved = sum(b[port][way] - a[port][way] for a, b in spans)
-            seconds = sum(b["t"] - a["t"] for a, b in spans)
-            return moved * 8 / max(seconds, 1e-9) / (rate * 1e6)
+            return _mbit([(a, b) for a, b in steady if port in a and port in b], port, way) / rate
 
         return {
             "host_download_use": round(sum(use(h, 0, rate_mbit) for h in hosts) / len(hosts), 3),
@@ -74,6 +71,8 @@ class LinkMeter:
         }
 
 
-def _mbit(a: Sample, b: Sample, port: str, way: int) -> float:
-    seconds = float(b["t"]) - float(a["t"])
-    return (b[port][way] - a[port][way]) * 8 / max(seconds, 1e-9) / 1e6
+def _mbit(spans: list[tuple[Sample, Sample]], port: str, way: int) -> float:
+    """A port's mean rate one way (0: tx, 1: rx) over the spans, in Mbit/s."""
+    moved = sum(b[port][way] - a[port][way] for a, b in spans)
+    seconds = sum(float(b["t"]) - float(a["t"]) for a, b in spans)
+    return moved * 8 / max(seconds, 1e-9) / 1e6

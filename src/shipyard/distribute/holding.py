@@ -230,11 +230,10 @@ class Holding:
         if self.ctx.origin is None or time.monotonic() < self.origin_after:
             return
         nowhere = todo[plan.owned_mask[todo] & (avail.counts[todo] == 0)]
-        for index in nowhere.tolist():
+        for index in nowhere.tolist():  # `todo` holds no piece in flight
             if self.ctx.load.get(ORIGIN, 0) >= self.ctx.config.origin_inflight:
                 return
-            if index not in self.inflight:
-                self._start(index, ORIGIN)
+            self._start(index, ORIGIN)
 
     def _plan(self, avail: Availability) -> RelayPlan:
         """The mesh and origin owners over the live members that want the whole artifact, and

@@ -85,7 +85,6 @@ class RelayPlan:
     def __init__(
         self, hashes: Sequence[str], members: Sequence[str], me: str, degree: int, owners: int
     ) -> None:
-        self.members = tuple(members)
         ring = sorted(members, key=_key)
         mine = ring.index(me)
         offsets = mesh_offsets(len(ring), degree)
