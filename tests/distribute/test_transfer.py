@@ -1,5 +1,6 @@
-"""The threaded data plane against real sockets: whole pieces, stalls, aborts, stale pooled
-connections, `sendfile` of a piece file, and the origin's kept-alive HTTP connections."""
+"""The threaded data plane against real sockets: whole pieces, pipelined requests on a lane,
+stalls, aborts, refusals, stale kept-alive connections, `sendfile` of a piece file, and the
+origin's kept-alive HTTP connections."""
 
 import functools
 import json
@@ -15,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from shipyard.distribute.origin import HttpOrigin
-from shipyard.distribute.transfer import Connections, PieceCall, fetch_piece, send_piece
-from shipyard.distribute.wire import PeerBusy, PeerUnavailable, encode
+from shipyard.distribute.transfer import Lane, LaneReset, PieceCall, send_piece
+from shipyard.distribute.wire import PeerBusy, PeerGone, PeerUnavailable, encode
 from shipyard.errors import NotFound
 
 BODY = os.urandom(300_000)
@@ -28,10 +29,14 @@ def read_request(conn: socket.socket) -> dict[str, object]:
     return request
 
 
+ACCEPTED: list[tuple[str, int]] = []  # every connection the `peer` fixture accepted
+
+
 @pytest.fixture
 def peer() -> Iterator[Callable[[Callable[[socket.socket], None]], tuple[str, int]]]:
     """A listening socket whose accepted connections run `behave(conn)` on a thread."""
     listeners: list[socket.socket] = []
+    ACCEPTED.clear()
 
     def start(behave: Callable[[socket.socket], None]) -> tuple[str, int]:
         listener = socket.create_server(("127.0.0.1", 0))
@@ -40,9 +45,10 @@ def peer() -> Iterator[Callable[[Callable[[socket.socket], None]], tuple[str, in
         def serve() -> None:
             while True:
                 try:
-                    conn, _ = listener.accept()
+                    conn, source = listener.accept()
                 except OSError:
                     return
+                ACCEPTED.append(source)
                 threading.Thread(target=behave, args=(conn,), daemon=True).start()
 
         threading.Thread(target=serve, daemon=True).start()
@@ -54,43 +60,115 @@ def peer() -> Iterator[Callable[[Callable[[socket.socket], None]], tuple[str, in
         listener.close()
 
 
+def body_for(piece_hash: object) -> bytes:
+    return str(piece_hash).encode() + BODY
+
+
 def serve_pieces(conn: socket.socket) -> None:
-    """Answer piece requests on one connection until the requester hangs up."""
+    """Answer piece requests on one connection, in order, until the requester hangs up."""
     with conn:
         while True:
             try:
                 request = read_request(conn)
             except (struct.error, OSError):
                 return
-            conn.sendall(encode({"size": len(BODY), "have": request["have"]}) + BODY)
+            body = body_for(request["hash"])
+            conn.sendall(encode({"size": len(body), "have": request["have"]}) + body)
 
 
-def fetch(address: tuple[str, int], pool: Connections, call: PieceCall | None = None) -> bytes:
-    request = {"op": "piece", "hash": "ab" * 32, "have": "AQ=="}
-    reply, body = fetch_piece(call or PieceCall(), address, request, 1.0, 0.5, pool)
+def fetch(lane: Lane, call: PieceCall | None = None, piece_hash: str = "ab" * 32) -> bytes:
+    request = {"op": "piece", "hash": piece_hash, "have": "AQ=="}
+    reply, body = lane.fetch(call or PieceCall(), request)
     assert reply["have"] == "AQ=="
     return bytes(body)
 
 
+def lane_to(address: tuple[str, int]) -> Lane:
+    return Lane(address, connect_timeout=1.0, idle_timeout=0.5)
+
+
 def test_whole_piece_over_a_reused_connection(peer) -> None:  # type: ignore[no-untyped-def]
-    address = peer(serve_pieces)
-    pool = Connections(2)
-    assert fetch(address, pool) == BODY
-    assert fetch(address, pool) == BODY  # the pooled connection served the second request too
-    assert len(pool._idle[address]) == 1
+    lane = lane_to(peer(serve_pieces))
+    assert fetch(lane) == body_for("ab" * 32)
+    assert fetch(lane) == body_for("ab" * 32)  # the kept connection served the second too
+    assert len(ACCEPTED) == 1
 
 
-def test_a_pooled_connection_the_peer_closed_is_retried_fresh(peer) -> None:  # type: ignore[no-untyped-def]
+def test_requests_on_a_lane_are_pipelined_and_answered_in_order(peer) -> None:  # type: ignore[no-untyped-def]
+    def wait_for_the_next_request_first(conn: socket.socket) -> None:
+        # Replying only once the next request has arrived proves the lane sent it without
+        # waiting for this reply.
+        with conn:
+            requests = [read_request(conn) for _ in range(3)]
+            for request in requests:
+                body = body_for(request["hash"])
+                conn.sendall(encode({"size": len(body), "have": request["have"]}) + body)
+
+    lane = lane_to(peer(wait_for_the_next_request_first))
+    hashes = [f"{i:064x}" for i in range(3)]
+    got: dict[str, bytes] = {}
+
+    def one(piece_hash: str) -> None:
+        got[piece_hash] = fetch(lane, piece_hash=piece_hash)
+
+    threads = [threading.Thread(target=one, args=(h,)) for h in hashes]
+    for thread in threads:
+        thread.start()
+        time.sleep(0.05)  # requests go out in this order
+    for thread in threads:
+        thread.join(timeout=5)
+    assert got == {h: body_for(h) for h in hashes}
+    assert len(ACCEPTED) == 1
+
+
+def test_aborting_a_request_resets_the_ones_queued_behind_it(peer) -> None:  # type: ignore[no-untyped-def]
+    def trickle(conn: socket.socket) -> None:
+        with conn:
+            read_request(conn)
+            conn.sendall(encode({"size": len(BODY)}) + BODY[:10])
+            while conn.recv(1 << 16):  # take the queued request, never answer it
+                pass
+
+    lane = lane_to(peer(trickle))
+    head = PieceCall()
+    failures: dict[str, type[Exception]] = {}
+
+    def fetch_noting_failure(name: str, call: PieceCall) -> None:
+        try:
+            fetch(lane, call)
+        except PeerUnavailable as exc:
+            failures[name] = type(exc)
+
+    first = threading.Thread(target=fetch_noting_failure, args=("head", head))
+    second = threading.Thread(target=fetch_noting_failure, args=("queued", PieceCall()))
+    first.start()
+    time.sleep(0.1)
+    second.start()
+    time.sleep(0.1)
+    head.abort()
+    first.join(timeout=5)
+    second.join(timeout=5)
+    assert failures == {"head": PeerUnavailable, "queued": LaneReset}
+
+
+def test_a_refused_connection_means_the_peer_is_gone() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        address = probe.getsockname()  # closed on exit: nothing listens there any more
+    with pytest.raises(PeerGone):
+        fetch(lane_to(address))
+
+
+def test_a_kept_connection_the_peer_closed_is_retried_fresh(peer) -> None:  # type: ignore[no-untyped-def]
     def one_request(conn: socket.socket) -> None:
         with conn:
             request = read_request(conn)
             conn.sendall(encode({"size": len(BODY), "have": request["have"]}) + BODY)
 
-    address = peer(one_request)
-    pool = Connections(2)
-    assert fetch(address, pool) == BODY
-    time.sleep(0.1)  # the peer has closed the pooled connection by now
-    assert fetch(address, pool) == BODY
+    lane = lane_to(peer(one_request))
+    assert fetch(lane) == BODY
+    time.sleep(0.1)  # the peer has closed the kept connection by now
+    assert fetch(lane) == BODY
+    assert len(ACCEPTED) == 2
 
 
 def test_a_stalled_sender_fails_after_the_idle_timeout(peer) -> None:  # type: ignore[no-untyped-def]
@@ -100,10 +178,10 @@ def test_a_stalled_sender_fails_after_the_idle_timeout(peer) -> None:  # type: i
         time.sleep(3)
         conn.close()
 
-    address = peer(stall)
+    lane = lane_to(peer(stall))
     started = time.monotonic()
     with pytest.raises(PeerUnavailable, match="idle timeout"):
-        fetch(address, Connections(2))
+        fetch(lane)
     assert time.monotonic() - started < 2.5  # the 0.5 s idle timeout, not the sender's 3 s
 
 
@@ -118,12 +196,12 @@ def test_abort_ends_a_blocked_receive(peer) -> None:  # type: ignore[no-untyped-
                 return
             time.sleep(0.1)
 
-    address = peer(trickle)
+    lane = lane_to(peer(trickle))
     call = PieceCall()
     threading.Timer(0.5, call.abort).start()
     started = time.monotonic()
     with pytest.raises(PeerUnavailable):
-        fetch(address, Connections(2), call)
+        fetch(lane, call)
     assert time.monotonic() - started < 3  # not the 10 s the trickle would take
 
 
@@ -134,7 +212,7 @@ def test_busy_reply_is_raised_as_busy(peer) -> None:  # type: ignore[no-untyped-
             conn.sendall(encode({"error": "all 4 upload slots are in use", "kind": "PeerBusy"}))
 
     with pytest.raises(PeerBusy):
-        fetch(peer(busy), Connections(2))
+        fetch(lane_to(peer(busy)))
 
 
 def test_send_piece_writes_header_then_the_whole_file(tmp_path: Path) -> None:

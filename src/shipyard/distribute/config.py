@@ -39,8 +39,8 @@ class DaemonConfig:
     connect_timeout: float = 1.0
     idle_timeout: float = 4.0
     hedge_after: float = 1.5
-    max_inflight: int = 8
-    per_peer_inflight: int = 3
+    max_inflight: int = 10  # requests open in all, queued ones on a lane included
+    per_peer_inflight: int = 2  # requests open to one peer, pipelined on its lane
     origin_inflight: int = 1
     upload_slots: int = 4
     origin_replicas: int = 1

@@ -2,6 +2,7 @@
 
 import asyncio
 import random
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -11,9 +12,11 @@ from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.metrics import Metrics
 from shipyard.distribute.origin import Origin
-from shipyard.distribute.transfer import Connections
+from shipyard.distribute.transfer import Lanes
 from shipyard.distribute.wire import Pool
 from shipyard.store import PieceStore
+
+FAILURE_BACKOFF = 1.0  # seconds before asking a peer again after a request to it failed
 
 
 @dataclass
@@ -27,17 +30,16 @@ class Context:
     array_rng: np.random.Generator = field(init=False)  # drawn from `rng`: seeded along with it
     blamed: set[str] = field(default_factory=set)
     load: dict[str, int] = field(default_factory=dict)  # open requests per peer, all artifacts
-    busy_until: dict[str, float] = field(default_factory=dict)  # peers whose slots were full
+    avoid_until: dict[str, float] = field(default_factory=dict)  # peers busy or failing lately
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     pool: Pool = field(init=False)  # asyncio connections for the control plane
-    connections: Connections = field(init=False)  # blocking ones for piece transfers
+    lanes: Lanes = field(init=False)  # blocking connections for piece transfers
     transfers: ThreadPoolExecutor = field(init=False)  # piece downloads, hashing and writes
 
     def __post_init__(self) -> None:
         self.array_rng = np.random.default_rng(self.rng.getrandbits(64))
-        per_peer = self.config.per_peer_inflight + 1
-        self.pool = Pool(per_peer)
-        self.connections = Connections(per_peer)
+        self.pool = Pool(self.config.per_peer_inflight + 1)
+        self.lanes = Lanes(self.config.connect_timeout, self.config.idle_timeout)
         # A thread per open request (peers and origin) and per upload slot (those kept for
         # downstream peers too), plus room to store finished pieces, so a blocked transfer never
         # delays writing a completed one.
@@ -50,7 +52,7 @@ class Context:
     def close(self) -> None:
         """Close idle connections; running transfers finish or fail on their own sockets."""
         self.pool.close()
-        self.connections.close()
+        self.lanes.close()
         self.transfers.shutdown(wait=False, cancel_futures=True)
 
     def blame(self, peer: str) -> None:
@@ -59,5 +61,19 @@ class Context:
         self.metrics.set("shipyard_peer_blamed_peers", len(self.blamed))
 
     def choosable(self, peers: list[str], now: float) -> list[str]:
-        """Peers not recently found with every upload slot taken."""
-        return [p for p in peers if self.busy_until.get(p, 0.0) <= now]
+        """Peers not recently found busy or failing."""
+        return [p for p in peers if self.avoid_until.get(p, 0.0) <= now]
+
+    def avoid(self, peer: str, seconds: float) -> None:
+        self.avoid_until[peer] = time.monotonic() + seconds
+
+    def peer_failed(self, peer: str, gone: bool) -> None:
+        """A request to `peer` failed. A refused connection means its daemon is down: drop it
+        from the view until it shows signs of life. Anything else (a timeout, a reset) may be a
+        full queue on a busy link, and dropping the peer would reshuffle the mesh for nothing:
+        leave it alone for a second instead."""
+        self.metrics.inc("shipyard_peer_request_failures_total", source="peer")
+        if gone:
+            self.membership.fail(peer)
+        else:
+            self.avoid(peer, FAILURE_BACKOFF)

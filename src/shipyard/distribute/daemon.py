@@ -16,7 +16,7 @@ from shipyard.distribute.holding import Holding
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.origin import open_origin
 from shipyard.distribute.server import Server
-from shipyard.distribute.wire import Header, PeerUnavailable, request
+from shipyard.distribute.wire import Header, PeerGone, PeerUnavailable, request
 from shipyard.errors import IntegrityError, InvalidInput, NotFound, ShipyardError
 from shipyard.store import LocalBackend, Manifest, PieceStore, open_backend
 from shipyard.store.backend import Backend
@@ -209,9 +209,11 @@ class PeerDaemon:
                 cfg.idle_timeout,
                 self.ctx.pool,
             )
-        except (PeerUnavailable, InvalidInput):
+        except PeerGone:
             self.ctx.membership.fail(member)
             return
+        except (PeerUnavailable, InvalidInput):
+            return  # maybe a busy link: the member's heartbeat tells whether it lives
         if isinstance(reply.get("view"), dict):
             self.ctx.membership.merge(reply["view"])
 

@@ -28,8 +28,8 @@ from shipyard.distribute.picker import (
     upstream_picks,
 )
 from shipyard.distribute.relay import RelayPlan
-from shipyard.distribute.transfer import PieceCall, fetch_piece
-from shipyard.distribute.wire import Header, PeerBusy, request
+from shipyard.distribute.transfer import LaneReset, PieceCall
+from shipyard.distribute.wire import Header, PeerBusy, PeerGone, request
 from shipyard.errors import IntegrityError, ShipyardError
 from shipyard.store import Manifest
 from shipyard.store.pieces import piece_key
@@ -47,7 +47,16 @@ T = TypeVar("T")
 class Transfer:
     source: str  # a peer's HOST:PORT, or ORIGIN
     started: float
+    call: PieceCall | None  # None for the origin
     task: "asyncio.Task[None]"
+
+    def age(self, now: float) -> float:
+        """How long its bytes have been coming: a request queued behind others on a peer's
+        lane is not late yet."""
+        if self.call is None:
+            return now - self.started
+        active = self.call.active_since
+        return 0.0 if active is None else now - active
 
 
 @dataclass
@@ -183,12 +192,14 @@ class Holding:
         now = time.monotonic()
         todo = self._unassigned()
         free = self._free_peers(avail, now)
-        # One request open to each upstream peer, for the rarest piece it holds.
-        upstream = [p for p in plan.upstream if p in free and self.ctx.load.get(p, 0) == 0]
-        self.ctx.rng.shuffle(upstream)  # no peer always gets first pick of the rarest pieces
-        for index, upstream_peer in upstream_picks(todo, avail, upstream, self.ctx.array_rng):
-            self._ask(index, upstream_peer, free)
-        todo = todo[~np.isin(todo, list(self.inflight))]
+        # `per_peer_inflight` requests open to each upstream peer, pipelined on its lane, for
+        # the rarest pieces it holds: one pick per peer per pass.
+        for _ in range(self.ctx.config.per_peer_inflight):
+            upstream = [p for p in plan.upstream if p in free]
+            self.ctx.rng.shuffle(upstream)  # no peer always gets first pick of the rarest
+            for index, upstream_peer in upstream_picks(todo, avail, upstream, self.ctx.array_rng):
+                self._ask(index, upstream_peer, free)
+            todo = todo[~np.isin(todo, list(self.inflight))]
         # Pieces no upstream peer has passed on in time: rarest first, from any holder.
         held_somewhere = avail.counts[todo] > 0
         unseen = held_somewhere & np.isinf(self._seen_at[todo])
@@ -254,10 +265,11 @@ class Holding:
         cfg = self.ctx.config
         patience = cfg.hedge_after / 4 if endgame else cfg.hedge_after
         now = time.monotonic()
-        for index, transfers in sorted(self.inflight.items(), key=lambda t: t[1][0].started):
+        by_age = sorted(self.inflight.items(), key=lambda t: -t[1][0].age(now))
+        for index, transfers in by_age:
             if self._open_requests() >= cfg.max_inflight:
                 return
-            if len(transfers) > 1 or now - transfers[0].started < patience:
+            if len(transfers) > 1 or transfers[0].age(now) < patience:
                 continue
             busy = {t.source for t in transfers}
             others = [m for m in avail.holders(index) if m not in busy]
@@ -272,13 +284,14 @@ class Holding:
 
     def _start(self, index: int, source: str) -> None:
         self.ctx.load[source] = self.ctx.load.get(source, 0) + 1
-        task = asyncio.get_running_loop().create_task(self._transfer(index, source))
-        self.inflight.setdefault(index, []).append(Transfer(source, time.monotonic(), task))
+        call = None if source == ORIGIN else PieceCall()
+        task = asyncio.get_running_loop().create_task(self._transfer(index, source, call))
+        self.inflight.setdefault(index, []).append(Transfer(source, time.monotonic(), call, task))
 
-    async def _transfer(self, index: int, source: str) -> None:
+    async def _transfer(self, index: int, source: str, call: PieceCall | None) -> None:
         piece_hash = self.hashes[index]
         try:
-            data = await self._download(index, source)
+            data = await self._download(index, source, call)
             if self.has(index):
                 return  # a hedged twin won the race
             # Hashing and the file write run off the event loop: a slow disk must not stall
@@ -289,12 +302,17 @@ class Holding:
             if source != ORIGIN:
                 self.ctx.blame(source)
             return
+        except LaneReset:
+            return  # lost with an earlier request on the same connection: asked again later
         except PeerBusy:
-            self.ctx.busy_until[source] = time.monotonic() + BUSY_BACKOFF
+            self.ctx.avoid(source, BUSY_BACKOFF)
             self.ctx.metrics.inc("shipyard_peer_request_failures_total", source="busy")
             return
-        except (ShipyardError, OSError):
-            self._failed(source)
+        except (ShipyardError, OSError) as exc:
+            if source == ORIGIN:
+                self.ctx.metrics.inc("shipyard_peer_request_failures_total", source="origin")
+            else:
+                self.ctx.peer_failed(source, gone=isinstance(exc, PeerGone))
             return
         finally:
             self.ctx.load[source] -= 1
@@ -302,13 +320,11 @@ class Holding:
             self.ctx.changed.set()
         self._stored(index, source, len(data))
 
-    async def _download(self, index: int, source: str) -> bytes | bytearray:
+    async def _download(self, index: int, source: str, call: PieceCall | None) -> bytes | bytearray:
         piece_hash = self.hashes[index]
-        if source == ORIGIN:
+        if call is None:
             assert self.ctx.origin is not None
             return await self._blocking(self.ctx.origin.get, piece_key(piece_hash))
-        cfg = self.ctx.config
-        call = PieceCall()
         # The request carries this peer's have-map and the reply the sender's, so both learn
         # of each other's newest pieces at once instead of a few gossip rounds later.
         header: Header = {
@@ -321,16 +337,9 @@ class Holding:
             # stalls behind other requests.
             "relay": self._relay is not None and source in self._relay[1].upstream,
         }
+        lane = self.ctx.lanes(parse_address(source))
         try:
-            reply, body = await self._blocking(
-                fetch_piece,
-                call,
-                parse_address(source),
-                header,
-                cfg.connect_timeout,
-                cfg.idle_timeout,
-                self.ctx.connections,
-            )
+            reply, body = await self._blocking(lane.fetch, call, header)
         except asyncio.CancelledError:
             call.abort()  # the worker thread is blocked on the socket: end its receive now
             raise
@@ -340,12 +349,6 @@ class Holding:
     async def _blocking(self, fn: Callable[..., T], *args: object) -> T:
         """Run `fn` on the daemon's transfer threads."""
         return await asyncio.get_running_loop().run_in_executor(self.ctx.transfers, fn, *args)
-
-    def _failed(self, source: str) -> None:
-        reason = "origin" if source == ORIGIN else "peer"
-        self.ctx.metrics.inc("shipyard_peer_request_failures_total", source=reason)
-        if source != ORIGIN:
-            self.ctx.membership.fail(source)
 
     def _forget(self, index: int, source: str) -> None:
         transfers = [t for t in self.inflight.get(index, []) if t.source != source]

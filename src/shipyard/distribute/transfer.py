@@ -17,58 +17,45 @@ import select
 import socket
 import struct
 import threading
+import time
 from contextlib import suppress
 
 from shipyard.distribute.config import Address
-from shipyard.distribute.wire import MAX_HEADER, Header, PeerUnavailable, check_reply, encode
+from shipyard.distribute.wire import (
+    MAX_HEADER,
+    Header,
+    PeerGone,
+    PeerUnavailable,
+    check_reply,
+    encode,
+)
 
 
 def _timeval(seconds: float) -> bytes:
     return struct.pack("@ll", int(seconds), int(seconds % 1 * 1e6))
 
 
-class Connections:
-    """Idle blocking connections per peer, shared by the worker threads."""
-
-    def __init__(self, per_peer: int) -> None:
-        self.per_peer = per_peer
-        self._idle: dict[Address, list[socket.socket]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, address: Address) -> socket.socket | None:
-        with self._lock:
-            idle = self._idle.get(address)
-            return idle.pop() if idle else None
-
-    def give(self, address: Address, sock: socket.socket) -> None:
-        with self._lock:
-            idle = self._idle.setdefault(address, [])
-            if len(idle) < self.per_peer:
-                idle.append(sock)
-                return
-        sock.close()
-
-    def close(self) -> None:
-        with self._lock:
-            for idle in self._idle.values():
-                for sock in idle:
-                    sock.close()
-            self._idle.clear()
+class LaneReset(PeerUnavailable):
+    """An earlier request on the same connection failed or was aborted, so this one, sent
+    behind it, was lost with the connection. Not the peer's fault: ask again."""
 
 
 class PieceCall:
-    """One piece request; `abort()` may come from any thread, before or during the transfer."""
+    """One piece request; `abort()` may come from any thread, before or during the transfer.
+    `active_since` is when its reply started to be read (None while it waits its turn)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self.aborted = False
+        self.active_since: float | None = None
 
     def attach(self, sock: socket.socket) -> None:
         with self._lock:
             if self.aborted:
                 raise PeerUnavailable("request aborted")
             self._sock = sock
+            self.active_since = time.monotonic()
 
     def abort(self) -> None:
         with self._lock:
@@ -78,49 +65,131 @@ class PieceCall:
                     self._sock.shutdown(socket.SHUT_RDWR)
 
 
-def fetch_piece(
-    call: PieceCall,
-    address: Address,
-    request: Header,
-    connect_timeout: float,
-    idle_timeout: float,
-    connections: Connections,
-) -> tuple[Header, bytearray]:
-    """The reply header and the bytes a peer sends for a `piece` request (unverified);
-    blocking, for a worker thread.
+class Lane:
+    """One kept-alive connection to one peer that carries its piece requests back to back.
 
-    A pooled connection the peer has closed meanwhile is retried once on a fresh one; any other
-    failure closes the connection and raises `PeerUnavailable` (or `PeerBusy`).
+    A request goes out as soon as it is made, even while earlier replies are still arriving, so
+    the peer reads it the moment it has sent the previous piece and starts on it at once: the
+    link never idles for a round trip (and the scheduling between pieces), and one TCP flow per
+    pair of peers keeps its window open. Replies come back in request order; each caller waits
+    its turn, then reads its own reply.
+
+    Any failure, or an abort, closes the connection: the requests queued behind fail with
+    `LaneReset` and the next request opens a fresh connection. A connection the peer closed
+    while idle (its keep-alive ran out) is retried once on a fresh one.
     """
-    where = f"{address[0]}:{address[1]}"
-    sock = connections.take(address)
-    while True:
-        fresh = sock is None
-        try:
-            if sock is None:
-                sock = _connect(address, connect_timeout, idle_timeout)
+
+    def __init__(self, address: Address, connect_timeout: float, idle_timeout: float) -> None:
+        self.where = f"{address[0]}:{address[1]}"
+        self._address = address
+        self._timeouts = connect_timeout, idle_timeout
+        self._turn = threading.Condition()
+        self._sock: socket.socket | None = None
+        self._sent = 0  # requests sent on the current connection
+        self._read = 0  # replies read off it
+
+    def fetch(self, call: PieceCall, request: Header) -> tuple[Header, bytearray]:
+        """The reply header and the bytes the peer sends for a `piece` request (unverified);
+        blocking, for a worker thread. Raises `PeerUnavailable`: `PeerGone` when the connection
+        was refused, `PeerBusy` when the peer's upload slots are full, `LaneReset`."""
+        for attempt in range(2):
+            sock, ticket, was_idle = self._send(request)
             try:
-                call.attach(sock)
-            except PeerUnavailable:  # aborted before it began
-                sock.close()
-                raise
-            reply, body = _exchange(sock, request)
-            break
-        except (ConnectionError, EOFError) as exc:
-            if sock is not None:
-                sock.close()
-            sock = None
-            if fresh or call.aborted:
-                raise PeerUnavailable(f"peer {where}: {type(exc).__name__} {exc}") from None
-        except (OSError, ValueError) as exc:
-            if sock is not None:
-                sock.close()
-            raise PeerUnavailable(f"peer {where}: {type(exc).__name__} {exc}") from None
-    connections.give(address, sock)
-    check_reply(reply, where)
-    if body is None:
-        raise PeerUnavailable(f"peer {where} sent no bytes for piece {request.get('hash')}")
-    return reply, body
+                reply, body = self._read_reply(call, sock, ticket)
+            except (ConnectionError, EOFError) as exc:
+                if attempt == 0 and was_idle and not call.aborted:
+                    continue  # the peer had closed the idle connection: once more, fresh
+                raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
+            except (OSError, ValueError) as exc:
+                raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
+            check_reply(reply, self.where)
+            if body is None:
+                raise PeerUnavailable(f"peer {self.where} sent no bytes for a piece")
+            return reply, body
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def close(self) -> None:
+        with self._turn:
+            if self._sock is not None:
+                self._reset(self._sock)
+
+    def _send(self, request: Header) -> tuple[socket.socket, int, bool]:
+        """Send on the current connection, opening one if there is none; return it, the
+        request's place in its order, and whether it was an idle kept-alive connection."""
+        with self._turn:
+            was_idle = self._sock is not None and self._sent == self._read
+            if self._sock is None:
+                self._sock = self._connect()
+                self._sent = self._read = 0
+            sock, ticket = self._sock, self._sent
+            try:
+                sock.sendall(encode(request))  # a few hundred bytes: it never waits long
+            except OSError as exc:
+                self._reset(sock)
+                if not was_idle:
+                    raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__}") from None
+                self._sock = sock = self._connect()  # the peer closed it while idle
+                self._sent = self._read = ticket = 0
+                sock.sendall(encode(request))
+            self._sent += 1
+            return sock, ticket, was_idle
+
+    def _connect(self) -> socket.socket:
+        try:
+            return _connect(self._address, *self._timeouts)
+        except ConnectionRefusedError:
+            raise PeerGone(f"peer {self.where}: connection refused") from None
+        except OSError as exc:
+            raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
+
+    def _read_reply(
+        self, call: PieceCall, sock: socket.socket, ticket: int
+    ) -> tuple[Header, bytearray | None]:
+        with self._turn:
+            while self._sock is sock and self._read < ticket:
+                self._turn.wait()
+            if self._sock is not sock:
+                raise LaneReset(f"peer {self.where}: an earlier request on the connection failed")
+        try:
+            call.attach(sock)
+            reply = _receive_reply(sock)
+        except BaseException:
+            with self._turn:
+                self._reset(sock)
+            raise
+        with self._turn:
+            if self._sock is sock:
+                self._read += 1
+                self._turn.notify_all()
+        return reply
+
+    def _reset(self, sock: socket.socket) -> None:
+        """Drop `sock` (the caller holds `_turn`): requests waiting on it fail."""
+        if self._sock is sock:
+            self._sock = None
+            self._turn.notify_all()
+        sock.close()
+
+
+class Lanes:
+    """The lane to each peer, made on first use."""
+
+    def __init__(self, connect_timeout: float, idle_timeout: float) -> None:
+        self._timeouts = connect_timeout, idle_timeout
+        self._lanes: dict[Address, Lane] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, address: Address) -> Lane:
+        with self._lock:
+            lane = self._lanes.get(address)
+            if lane is None:
+                lane = self._lanes[address] = Lane(address, *self._timeouts)
+            return lane
+
+    def close(self) -> None:
+        with self._lock:
+            for lane in self._lanes.values():
+                lane.close()
 
 
 def _connect(address: Address, connect_timeout: float, idle_timeout: float) -> socket.socket:
@@ -132,8 +201,7 @@ def _connect(address: Address, connect_timeout: float, idle_timeout: float) -> s
     return sock
 
 
-def _exchange(sock: socket.socket, header: Header) -> tuple[Header, bytearray | None]:
-    sock.sendall(encode(header))
+def _receive_reply(sock: socket.socket) -> tuple[Header, bytearray | None]:
     (length,) = struct.unpack(">I", _receive(sock, 4))
     if length > MAX_HEADER:
         raise ValueError(f"peer header of {length} bytes exceeds {MAX_HEADER}")

@@ -24,6 +24,11 @@ class PeerUnavailable(StorageError):
     """A peer refused, timed out, closed early or answered with an error."""
 
 
+class PeerGone(PeerUnavailable):
+    """The peer's host refused the connection: nothing listens there, so its daemon is down.
+    Unlike a timeout, which a full queue on a busy link also causes, this is certain."""
+
+
 class PeerBusy(PeerUnavailable):
     """A peer has all its upload slots in use: ask another holder, or this one a bit later."""
 
@@ -119,6 +124,8 @@ async def request(
                 )
             reply, body = await _exchange(stream, header, idle_timeout)
             break
+        except ConnectionRefusedError:
+            raise PeerGone(f"peer {where}: connection refused") from None
         except (OSError, asyncio.IncompleteReadError) as exc:
             if stream is not None:
                 stream[1].close()
