@@ -51,6 +51,7 @@ class PeerDaemon:
         self._server: asyncio.Server | None = None
         self._handler: Server | None = None
         self._gossiper: asyncio.Task[None] | None = None
+        self._exchanges: dict[str, asyncio.Task[None]] = {}  # gossip still open, per member
 
     async def start(self) -> None:
         """Adopt every complete or partial artifact in the store, listen, and start gossiping."""
@@ -73,6 +74,8 @@ class PeerDaemon:
         """Stop gossiping, fetching and serving; close every connection."""
         if self._gossiper:
             self._gossiper.cancel()
+        for exchange in list(self._exchanges.values()):
+            exchange.cancel()
         for holding in self.holdings.values():
             await holding.stop()
         if self._server:
@@ -192,14 +195,24 @@ class PeerDaemon:
         return {art: h.have_map() for art, h in self.holdings.items()}
 
     async def _gossip_loop(self) -> None:
+        """Beat and gossip on schedule. Exchanges run on their own, so one slow peer (a full
+        queue on its link) cannot hold the heartbeat back until others think this peer dead."""
         cfg = self.ctx.config
+        loop = asyncio.get_running_loop()
         while True:
             self.ctx.membership.beat(self._haves())
-            targets = self.ctx.membership.gossip_targets(cfg.gossip_fanout, self.ctx.rng)
-            await asyncio.gather(*(self._gossip_with(t) for t in targets))
+            for target in self.ctx.membership.gossip_targets(cfg.gossip_fanout, self.ctx.rng):
+                if target not in self._exchanges:  # at most one exchange open per member
+                    self._exchanges[target] = loop.create_task(self._gossip_with(target))
             await asyncio.sleep(cfg.gossip_interval * self.ctx.rng.uniform(0.8, 1.2))
 
     async def _gossip_with(self, member: str) -> None:
+        try:
+            await self._exchange_views(member)
+        finally:
+            self._exchanges.pop(member, None)
+
+    async def _exchange_views(self, member: str) -> None:
         cfg = self.ctx.config
         try:
             reply, _ = await request(
