@@ -349,7 +349,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     busy_before = cpu_busy()
     links = LinkMeter(rig, sys.executable, work / "links.jsonl")
     t_swarm = swarm(rig, args, manifest, run, origin_url, origin, time.monotonic())
-    link_use = links.summary(args.rate_mbit, args.origin_rate_mbit)
+    link_use = links.summary(args.rate_mbit, args.origin_rate_mbit, manifest.size)
     busy_after = cpu_busy()
     machine_busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
     counted = [h for h in hosts if h.starts == 1 and h.name not in run.dead]

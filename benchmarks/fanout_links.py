@@ -45,8 +45,10 @@ class LinkMeter:
         log = path.with_suffix(".log")
         self.proc = rig.spawn(rig.bridge_ns, [python, "-c", SAMPLER, str(path)], log)
 
-    def summary(self, rate_mbit: float, origin_mbit: float) -> dict[str, float]:
-        """Mean host download and upload use, and the origin's upload use, in the steady phase."""
+    def summary(self, rate_mbit: float, origin_mbit: float, size: int) -> dict[str, float]:
+        """Mean host download and upload use, and the origin's upload use, in the steady phase;
+        and the bytes the hosts' links delivered over the whole run, per host, ÷ `size` (packet
+        headers add about 5%; more is transfers cut short or duplicated)."""
         self.rig.kill(self.proc)
         origin_port = self.rig.port("o")
         rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]
@@ -60,6 +62,8 @@ class LinkMeter:
             return {}
         hosts = [k for k in steady[0][0] if k not in ("t", origin_port)]
 
+        delivered = sum(rows[-1][h][0] - rows[0][h][0] for h in hosts if h in rows[-1])
+
         def use(port: str, way: int, rate: float) -> float:
             return _mbit([(a, b) for a, b in steady if port in a and port in b], port, way) / rate
 
@@ -68,6 +72,7 @@ class LinkMeter:
             "host_upload_use": round(sum(use(h, 1, rate_mbit) for h in hosts) / len(hosts), 3),
             "origin_upload_use": round(use(origin_port, 1, origin_mbit), 3),
             "steady_s": round(sum(b["t"] - a["t"] for a, b in steady), 1),
+            "host_wire_bytes_ratio": round(delivered / len(hosts) / size, 3),
         }
 
 
