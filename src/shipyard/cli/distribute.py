@@ -29,7 +29,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--max-inflight",
         type=int,
         default=DaemonConfig.max_inflight,
-        help="concurrent piece requests",
+        help="piece requests open at once, queued ones included",
     )
     serve.set_defaults(func=_serve)
 
