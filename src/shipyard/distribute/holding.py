@@ -51,11 +51,8 @@ class Transfer:
     task: "asyncio.Task[None]"
 
     def age(self, now: float) -> float:
-        """How long its bytes have been coming: a request queued behind others on a peer's
-        lane is not late yet."""
-        if self.call is None:
-            return now - self.started
-        active = self.call.active_since
+        """How long its bytes have been coming (a request queued on a lane is not late yet)."""
+        active = self.started if self.call is None else self.call.active_since
         return 0.0 if active is None else now - active
 
 

@@ -6,6 +6,9 @@ daemon's CPU, and on a busy host the swarm slowed with it. Here a receiving thre
 kernel for the whole body at once (`MSG_WAITALL`) and a sending thread hands it the whole file
 (`sendfile`), so Python runs a handful of times per piece.
 
+Requests to one peer share one connection, its `Lane`, and are pipelined: the next goes out while
+the previous body is still arriving, so the peer's link never idles between pieces.
+
 `SO_RCVTIMEO` makes each receive return after `idle_timeout` with whatever has arrived; nothing
 at all means the sender stalled. A call is aborted from the event loop (a hedged twin won, the
 daemon is stopping) by shutting its socket down, which ends a blocked receive at once.
@@ -93,11 +96,11 @@ class Lane:
         blocking, for a worker thread. Raises `PeerUnavailable`: `PeerGone` when the connection
         was refused, `PeerBusy` when the peer's upload slots are full, `LaneReset`."""
         for attempt in range(2):
-            sock, ticket, was_idle = self._send(request)
+            sock, ticket, may_be_stale = self._send(request)
             try:
                 reply, body = self._read_reply(call, sock, ticket)
             except (ConnectionError, EOFError) as exc:
-                if attempt == 0 and was_idle and not call.aborted:
+                if attempt == 0 and may_be_stale and not call.aborted:
                     continue  # the peer had closed the idle connection: once more, fresh
                 raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
             except (OSError, ValueError) as exc:
@@ -115,24 +118,26 @@ class Lane:
 
     def _send(self, request: Header) -> tuple[socket.socket, int, bool]:
         """Send on the current connection, opening one if there is none; return it, the
-        request's place in its order, and whether it was an idle kept-alive connection."""
+        request's place in its order, and whether it was an idle kept-alive connection (which
+        the peer may have closed meanwhile)."""
         with self._turn:
-            was_idle = self._sock is not None and self._sent == self._read
-            if self._sock is None:
-                self._sock = self._connect()
-                self._sent = self._read = 0
-            sock, ticket = self._sock, self._sent
-            try:
-                sock.sendall(encode(request))  # a few hundred bytes: it never waits long
-            except OSError as exc:
-                self._reset(sock)
-                if not was_idle:
-                    raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__}") from None
-                self._sock = sock = self._connect()  # the peer closed it while idle
-                self._sent = self._read = ticket = 0
-                sock.sendall(encode(request))
-            self._sent += 1
-            return sock, ticket, was_idle
+            may_be_stale = self._sock is not None and self._sent == self._read
+            while True:
+                if self._sock is None:
+                    self._sock = self._connect()
+                    self._sent = self._read = 0
+                sock, ticket = self._sock, self._sent
+                try:
+                    sock.sendall(encode(request))  # a few hundred bytes: it never waits long
+                except OSError as exc:
+                    self._reset(sock)
+                    if may_be_stale:
+                        may_be_stale = False
+                        continue  # the peer closed it while idle: once more, fresh
+                    where = f"peer {self.where}: {type(exc).__name__} {exc}"
+                    raise PeerUnavailable(where) from None
+                self._sent += 1
+                return sock, ticket, may_be_stale
 
     def _connect(self) -> socket.socket:
         try:
@@ -152,7 +157,7 @@ class Lane:
                 raise LaneReset(f"peer {self.where}: an earlier request on the connection failed")
         try:
             call.attach(sock)
-            reply = _receive_reply(sock)
+            received = _receive_reply(sock)
         except BaseException:
             with self._turn:
                 self._reset(sock)
@@ -161,7 +166,7 @@ class Lane:
             if self._sock is sock:
                 self._read += 1
                 self._turn.notify_all()
-        return reply
+        return received
 
     def _reset(self, sock: socket.socket) -> None:
         """Drop `sock` (the caller holds `_turn`): requests waiting on it fail."""
