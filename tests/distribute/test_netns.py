@@ -11,6 +11,7 @@ import pytest
 
 BENCH = Path(__file__).parents[2] / "benchmarks" / "fanout.py"
 FLOOR = Path(__file__).parents[2] / "benchmarks" / "fanout_floor.py"
+REPEAT = Path(__file__).parents[2] / "benchmarks" / "fanout_repeat.py"
 
 pytestmark = [
     pytest.mark.root,
@@ -60,6 +61,19 @@ def test_chaos_survivors_complete_and_restarted_hosts_resume() -> None:
     result = run_bench("--chaos", "--no-baseline")
     assert any("killed" in str(e) for e in result["events"])
     assert result["restarted_hosts_refetched_pieces"] == 0
+
+
+def test_repeated_runs_report_their_median() -> None:
+    done = subprocess.run(
+        [sys.executable, str(REPEAT), "--runs", "3", "--pause", "0", "--hosts", "3",
+         "--size-mib", "8", "--rate-mbit", "200"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    values = [float(v) for v in result["values"]]
+    assert len(values) == 3 and result["hosts"] == 3
+    assert float(result["value"]) == sorted(values)[1] and min(values) >= 1.0
 
 
 def test_rig_floor_small() -> None:
