@@ -48,7 +48,7 @@ class LinkMeter:
     def summary(self, rate_mbit: float, origin_mbit: float, size: int) -> dict[str, float]:
         """Mean host download and upload use, and the origin's upload use, in the steady phase;
         and the bytes the hosts' links delivered over the whole run, per host, ÷ `size` (packet
-        headers add about 5%; more is transfers cut short or duplicated)."""
+        headers add a few percent; more is transfers cut short or duplicated)."""
         self.rig.kill(self.proc)
         origin_port = self.rig.port("o")
         rows = [json.loads(line) for line in self.path.read_text().splitlines() if line.strip()]

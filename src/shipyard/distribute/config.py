@@ -44,7 +44,7 @@ class DaemonConfig:
     origin_inflight: int = 1
     upload_slots: int = 4
     origin_replicas: int = 1
-    mesh_degree: int = 4  # upstream peers, each with one request open; as many downstream
+    mesh_degree: int = 4  # upstream peers, each with a lane of requests; as many downstream
     relay_patience: float = 2.0
     upload_limit_bps: float | None = None
 

@@ -6,11 +6,11 @@ A member's upstream peers are the members `d` places after it, for `degree` offs
 geometrically round the ring (1, 2, 4, 8 at 16 members; 1, 6, 32, 178 at 1,000), and its
 downstream peers are the members the same offsets before it. So every member fetches from
 exactly `degree` peers and serves exactly `degree` peers, and any piece reaches every member in
-a few hops. Keeping one request open to each upstream peer makes every link carry one transfer
-at a time, the balanced pattern a shaped network carries best: on the benchmark's rig, 1 MiB
-requests between fixed pairs used 0.94 of each link, and the same requests to random holders
-0.83 (`fanout_floor.py --mode pairs` and `--mode pieces`), because random choices pile
-transfers onto some uplinks while others idle.
+a few hops. Keeping requests open to each upstream peer on one connection (its lane) makes
+every link carry one flow, the balanced pattern a shaped network carries best: on the
+benchmark's rig, 1 MiB requests between fixed pairs used 0.94 of each link, and the same
+requests to random holders 0.83 (`fanout_floor.py --mode pairs` and `--mode pieces`), because
+random choices pile transfers onto some uplinks while others idle.
 
 **Origin owners.** Each piece has `owners` members (default 1) that alone may fetch it from the
 origin, which bounds origin bytes to about one copy. They are chosen by rendezvous hashing with
