@@ -66,14 +66,17 @@ def test_chaos_survivors_complete_and_restarted_hosts_resume() -> None:
 def test_repeated_runs_report_their_median() -> None:
     done = subprocess.run(
         [sys.executable, str(REPEAT), "--runs", "3", "--pause", "0", "--hosts", "3",
-         "--size-mib", "8", "--rate-mbit", "200"],
+         "--size-mib", "8", "--rate-mbit", "200", "--baseline-size-mib", "4", "--no-aria2"],
         capture_output=True, text=True, timeout=240,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     values = [float(v) for v in result["values"]]
     assert len(values) == 3 and result["hosts"] == 3
-    assert float(result["value"]) == sorted(values)[1] and min(values) >= 1.0
+    median = sorted(values)[1]
+    assert float(result["value"]) == median and min(values) >= 1.0
+    assert float(result["baseline"]) >= 2.0  # three hosts share one origin link
+    assert float(result["ratio"]) == pytest.approx(float(result["baseline"]) / median, abs=0.01)
 
 
 def test_rig_floor_small() -> None:
