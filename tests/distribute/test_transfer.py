@@ -18,7 +18,7 @@ import pytest
 from shipyard.distribute.origin import HttpOrigin
 from shipyard.distribute.transfer import Lane, LaneReset, PieceCall, send_piece
 from shipyard.distribute.wire import PeerBusy, PeerGone, PeerUnavailable, encode
-from shipyard.errors import NotFound
+from shipyard.errors import NotFound, StorageError
 
 BODY = os.urandom(300_000)
 
@@ -252,7 +252,7 @@ class KeepAlive(SimpleHTTPRequestHandler):
         """Quiet: the test counts connections, not log lines."""
 
 
-def test_http_origin_keeps_one_connection_per_thread(tmp_path: Path) -> None:
+def test_http_origin_reuses_kept_alive_connections(tmp_path: Path) -> None:
     (tmp_path / "pieces").mkdir()
     (tmp_path / "pieces" / "p1").write_bytes(BODY)
     handler = functools.partial(KeepAlive, directory=str(tmp_path))
@@ -267,6 +267,24 @@ def test_http_origin_keeps_one_connection_per_thread(tmp_path: Path) -> None:
         time.sleep(0.6)  # the server has closed the idle connection: the get retries afresh
         assert origin.get("pieces/p1") == BODY
         assert server.connections == 2
+        # A warmed origin connects before its first request, and that request uses it.
+        warmed = HttpOrigin(f"http://127.0.0.1:{server.server_address[1]}")
+        warmed.warm()
+        time.sleep(0.1)
+        assert server.connections == 3
+        assert warmed.get("pieces/p1") == BODY
+        warmed.warm()  # one is idle already
+        assert warmed.get("pieces/p1") == BODY
+        assert server.connections == 3
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_warming_an_unreachable_origin_leaves_the_error_to_get() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # closed on exit: nothing listens there any more
+    origin = HttpOrigin(f"http://127.0.0.1:{port}")
+    origin.warm()
+    with pytest.raises(StorageError, match=f"127.0.0.1:{port}"):
+        origin.get("pieces/p1")

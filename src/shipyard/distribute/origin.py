@@ -20,6 +20,11 @@ class Origin(Protocol):
         """The object's bytes, unverified; `NotFound` or `StorageError` on failure."""
         ...
 
+    def warm(self) -> None:
+        """Get ready for a `get` soon, if not ready already (blocking; failures are left to
+        `get`)."""
+        ...
+
 
 class BackendOrigin:
     def __init__(self, backend: Backend) -> None:
@@ -28,10 +33,16 @@ class BackendOrigin:
     def get(self, key: str) -> bytes:
         return self.backend.get(key)
 
+    def warm(self) -> None:
+        """Nothing to prepare: the backend connects as it needs to."""
+
 
 class HttpOrigin:
-    """GETs over kept-alive HTTP/1.1 connections, one per worker thread: a fresh connection per
-    piece would pay a handshake and TCP slow start on the origin's link every time."""
+    """GETs over kept-alive HTTP/1.1 connections, shared by the worker threads: a fresh
+    connection per piece would pay a handshake and TCP slow start on the origin's link every
+    time. `warm` opens one before the first request: once the origin's link is full, a new
+    connection's handshake packets queue behind (or are dropped with) everyone's bulk data, and
+    on the benchmark's rig a late-starting owner took up to the 10 s timeout to connect."""
 
     def __init__(self, base: str, timeout: float = 10.0) -> None:
         parsed = urllib.parse.urlsplit(base)
@@ -44,23 +55,26 @@ class HttpOrigin:
         self._netloc = parsed.netloc
         self._path = parsed.path.rstrip("/")
         self.timeout = timeout
-        self._local = threading.local()
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
 
     def get(self, key: str) -> bytes:
         url = f"{self.base}/{key}"
         for attempt in (1, 2):
-            connection, reused = self._connection()
+            connection, reused = self._take()
             try:
                 connection.request("GET", f"{self._path}/{key}")
                 reply = connection.getresponse()
                 data = reply.read()
             except (OSError, http.client.HTTPException) as exc:
-                self._drop()
+                connection.close()
                 if reused and attempt == 1:
                     continue  # the server closed a kept-alive connection meanwhile
                 raise StorageError(f"origin {url}: {exc!r}") from None
             if reply.will_close:
-                self._drop()
+                connection.close()
+            else:
+                self._give(connection)
             if reply.status == 404:
                 raise NotFound(f"origin has no {key!r} ({url})")
             if reply.status != 200:
@@ -68,20 +82,27 @@ class HttpOrigin:
             return data
         raise AssertionError("unreachable: the second attempt returns or raises")
 
-    def _connection(self) -> tuple[http.client.HTTPConnection, bool]:
-        """This thread's connection, and whether it has been used before."""
-        connection: http.client.HTTPConnection | None = getattr(self._local, "connection", None)
-        if connection is not None:
-            return connection, True
+    def warm(self) -> None:
+        with self._lock:
+            if self._idle:
+                return
         connection = self._connection_class(self._netloc, timeout=self.timeout)
-        self._local.connection = connection
-        return connection, False
+        try:
+            connection.connect()
+        except OSError:
+            return  # `get` will try again and report the failure
+        self._give(connection)
 
-    def _drop(self) -> None:
-        connection = getattr(self._local, "connection", None)
-        if connection is not None:
-            connection.close()
-            self._local.connection = None
+    def _take(self) -> tuple[http.client.HTTPConnection, bool]:
+        """An idle connection (the most recently used), or a new one; and whether it is reused."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop(), True
+        return self._connection_class(self._netloc, timeout=self.timeout), False
+
+    def _give(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            self._idle.append(connection)
 
 
 def open_origin(uri: str) -> Origin:
