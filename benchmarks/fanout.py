@@ -198,6 +198,13 @@ def cpu_busy() -> tuple[int, int]:
     return sum(fields) - idle, sum(fields)
 
 
+def memory_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) << 10
+    return 0
+
+
 def origin_piece_bytes(log: Path, sizes: dict[str, int]) -> int:
     served = re.findall(r'"GET /pieces/\w+/(\w+) HTTP/1\.[01]" 200', log.read_text())
     return sum(sizes.get(h, 0) for h in served)
@@ -227,6 +234,9 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
             return max(h.last_stored() for h in live) - wall_started
         if now > args.timeout:
             raise SystemExit(f"timed out after {now:.0f} s: {[len(held[h.name]) for h in live]}")
+        for host in live:  # a daemon the benchmark did not kill: a crash, or out of memory
+            if host.proc and host.proc.poll() is not None:
+                raise SystemExit(f"{host.name} exited ({host.proc.returncode}), log: {host.log}")
         progress = sum(len(held[h.name]) for h in live) / (total * len(live))
         if now - last_report > 2:
             last_report = now
@@ -304,7 +314,9 @@ def main() -> None:
     args = parse_args()
     need = (args.hosts + 3) * args.size_mib << 20
     shm = shutil.disk_usage("/dev/shm").free if Path("/dev/shm").is_dir() else 0
-    # A tmpfs keeps a contended shared disk out of the measurement when memory allows.
+    # A tmpfs keeps a contended shared disk out of the measurement when memory allows. Its files
+    # live in memory, so it also needs free memory: kept runs had the OOM killer end daemons.
+    shm = min(shm, memory_available())
     parent = args.workdir or (Path("/dev/shm") if shm > 2 * need else None)
     work = Path(tempfile.mkdtemp(prefix="shipyard-fanout-", dir=parent))
     rig = Rig(f"{os.getpid() % 100000}", args.queue_ms)
