@@ -161,9 +161,9 @@ class PeerDaemon:
         if pieces is not None and not isinstance(pieces, list):
             raise InvalidInput("fetch: 'pieces' must be a list of piece hashes or null")
         holding = await self.holding(artifact)
-        if self.ctx.origin is not None:  # owners' first origin requests follow soon
-            self.ctx.transfers.submit(self.ctx.origin.warm)
         holding.want(pieces)
+        if self.ctx.origin is not None and holding.missing():  # origin requests follow soon
+            self.ctx.transfers.submit(self.ctx.origin.warm)
         body = holding.manifest.canonical_bytes()
         return {"ok": True, "body": body}
 

@@ -86,7 +86,7 @@ class HttpOrigin:
         with self._lock:
             if self._idle:
                 return
-        connection = self._connection_class(self._netloc, timeout=self.timeout)
+        connection = self._new()
         try:
             connection.connect()
         except OSError:
@@ -98,7 +98,10 @@ class HttpOrigin:
         with self._lock:
             if self._idle:
                 return self._idle.pop(), True
-        return self._connection_class(self._netloc, timeout=self.timeout), False
+        return self._new(), False
+
+    def _new(self) -> http.client.HTTPConnection:
+        return self._connection_class(self._netloc, timeout=self.timeout)
 
     def _give(self, connection: http.client.HTTPConnection) -> None:
         with self._lock:
