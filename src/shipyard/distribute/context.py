@@ -27,6 +27,7 @@ class Context:
     origin: Origin | None
     metrics: Metrics = field(default_factory=Metrics)
     rng: random.Random = field(default_factory=random.Random)
+    started: float = field(default_factory=time.monotonic)  # when the daemon came up
     array_rng: np.random.Generator = field(init=False)  # drawn from `rng`: seeded along with it
     blamed: set[str] = field(default_factory=set)
     load: dict[str, int] = field(default_factory=dict)  # open requests per peer, all artifacts

@@ -28,7 +28,7 @@ from shipyard.distribute.picker import (
     upstream_picks,
 )
 from shipyard.distribute.relay import RelayPlan
-from shipyard.distribute.transfer import LaneReset, PieceCall
+from shipyard.distribute.transfer import LaneReset, PieceCall, Transfer
 from shipyard.distribute.wire import Header, PeerBusy, PeerGone, request
 from shipyard.errors import IntegrityError, ShipyardError
 from shipyard.store import Manifest
@@ -38,22 +38,9 @@ ORIGIN = "origin"
 TICK = 0.25
 COALESCE = 0.05  # seconds between scheduling rounds at the busiest
 BUSY_BACKOFF = 0.2  # seconds before asking a peer whose upload slots were full again
-SETTLE_ROUNDS = 2  # gossip rounds a new fetch waits so owners agree before touching the origin
+SETTLE_ROUNDS = 2  # gossip rounds for news of a new fetch to spread (see `_settle`)
 
 T = TypeVar("T")
-
-
-@dataclass
-class Transfer:
-    source: str  # a peer's HOST:PORT, or ORIGIN
-    started: float
-    call: PieceCall | None  # None for the origin
-    task: "asyncio.Task[None]"
-
-    def age(self, now: float) -> float:
-        """How long its bytes have been coming (a request queued on a lane is not late yet)."""
-        active = self.started if self.call is None else self.call.active_since
-        return 0.0 if active is None else now - active
 
 
 @dataclass
@@ -69,6 +56,7 @@ class Holding:
     bytes_from: dict[str, int] = field(default_factory=lambda: {"peer": 0, "origin": 0})
     inflight: dict[int, list[Transfer]] = field(default_factory=dict)
     origin_after: float = 0.0
+    presume_all_until: float = 0.0  # until then every live member counts as wanting it all
     _wanted_bits: int = 0
     _relay: tuple[tuple[str, ...], RelayPlan] | None = None
     _avail: tuple[tuple[int, int, int], Availability] | None = None
@@ -111,10 +99,21 @@ class Holding:
             self.wanted |= {index[h] for h in piece_hashes if h in index}
         self._wanted_bits = sum(1 << i for i in self.wanted)
         if self.missing() and (self._runner is None or self._runner.done()):
-            settle = SETTLE_ROUNDS * self.ctx.config.gossip_interval
-            self.origin_after = time.monotonic() + settle
+            self._settle()
             self._runner = asyncio.get_running_loop().create_task(self._run())
         self._update_gauges()
+
+    def _settle(self) -> None:
+        """When owners may start on the origin. They must agree on who owns what, and a peer
+        hears who else wants the artifact only by gossip. A daemon up for a while knows the
+        live members, and in a rollout all of them want it: it presumes so while the news
+        spreads and starts at once. One just started waits for the news instead."""
+        now = time.monotonic()
+        settle = SETTLE_ROUNDS * self.ctx.config.gossip_interval
+        if now - self.ctx.started >= settle:
+            self.presume_all_until, self.origin_after = now + settle, now
+        else:
+            self.origin_after = now + settle
 
     async def stop(self) -> None:
         """Cancel the fetch loop and every transfer in flight (their pieces stay missing)."""
@@ -248,6 +247,8 @@ class Holding:
         this peer; rebuilt only when that set changes."""
         membership = self.ctx.membership
         wanting = [m for m in avail.members if membership.wants_all(m, self.artifact)]
+        if time.monotonic() < self.presume_all_until:
+            wanting += membership.alive()
         members = tuple(sorted({*wanting, membership.me}))
         if self._relay is None or self._relay[0] != members:
             cfg = self.ctx.config

@@ -14,6 +14,7 @@ at all means the sender stalled. A call is aborted from the event loop (a hedged
 daemon is stopping) by shutting its socket down, which ends a blocked receive at once.
 """
 
+import asyncio
 import json
 import os
 import select
@@ -22,6 +23,7 @@ import struct
 import threading
 import time
 from contextlib import suppress
+from dataclasses import dataclass
 
 from shipyard.distribute.config import Address
 from shipyard.distribute.wire import (
@@ -66,6 +68,21 @@ class PieceCall:
             if self._sock is not None:
                 with suppress(OSError):
                     self._sock.shutdown(socket.SHUT_RDWR)
+
+
+@dataclass
+class Transfer:
+    """One piece request in flight: where it went, when, and the task that runs it."""
+
+    source: str  # a peer's HOST:PORT, or the origin
+    started: float
+    call: PieceCall | None  # None for the origin
+    task: "asyncio.Task[None]"
+
+    def age(self, now: float) -> float:
+        """How long its bytes have been coming (a request queued on a lane is not late yet)."""
+        active = self.started if self.call is None else self.call.active_since
+        return 0.0 if active is None else now - active
 
 
 class Lane:
