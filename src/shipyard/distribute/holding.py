@@ -248,7 +248,7 @@ class Holding:
         membership = self.ctx.membership
         wanting = [m for m in avail.members if membership.wants_all(m, self.artifact)]
         if time.monotonic() < self.presume_all_until:
-            wanting += membership.alive()
+            wanting += [m for m in membership.alive() if m not in self.ctx.blamed]
         members = tuple(sorted({*wanting, membership.me}))
         if self._relay is None or self._relay[0] != members:
             cfg = self.ctx.config
