@@ -1,14 +1,17 @@
 """When a new fetch may start on the origin, and over which members it plans who owns what."""
 
 import asyncio
-import os
+import random
 import time
 from pathlib import Path
+
+import numpy as np
 
 from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.context import Context
 from shipyard.distribute.holding import Holding
-from shipyard.distribute.membership import Membership
+from shipyard.distribute.membership import HaveMap, Membership
+from shipyard.distribute.origin import BackendOrigin
 from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 
 PIECE = 64 << 10
@@ -16,23 +19,25 @@ PIECES = 8
 OTHERS = ["10.0.0.2:7000", "10.0.0.3:7000", "10.0.0.4:7000"]
 
 
-def _artifact(tmp_path: Path) -> Manifest:
+def _artifact(tmp_path: Path, pieces: int = PIECES) -> Manifest:
     src = tmp_path / "src"
     src.mkdir()
-    (src / "blob.bin").write_bytes(os.urandom(PIECES * PIECE))
+    (src / "blob.bin").write_bytes(random.Random(7).randbytes(pieces * PIECE))
     return put_tree(PieceStore(LocalBackend(tmp_path / "origin")), src, "model", PIECE)
 
 
-def _context(tmp_path: Path, up_for: float) -> Context:
-    """A daemon that has heard from three live members, none of which has asked for anything."""
+def _context(tmp_path: Path, up_for: float, fetching: Manifest | None = None) -> Context:
+    """A daemon that has heard from three live members, which have asked for nothing, or for
+    the whole of `fetching` without holding any of it yet (the daemon then has an origin)."""
     config = DaemonConfig(listen=("10.0.0.1", 7000), store=str(tmp_path / "store"))
     membership = Membership(config.me, [], config.dead_after)
     for other in OTHERS:
         peer = Membership(other, [], config.dead_after)
-        peer.beat({})
+        peer.beat({fetching.id: HaveMap(True, 0)} if fetching else {})
         membership.merge(peer.view())
     store = PieceStore(LocalBackend(tmp_path / "store"))
-    return Context(config, store, membership, None, started=time.monotonic() - up_for)
+    origin = BackendOrigin(LocalBackend(tmp_path / "origin")) if fetching else None
+    return Context(config, store, membership, origin, started=time.monotonic() - up_for)
 
 
 async def _start_fetch(tmp_path: Path, up_for: float) -> tuple[Holding, set[int], float]:
@@ -65,3 +70,35 @@ def test_a_just_started_daemon_waits_for_gossip_before_the_origin(tmp_path: Path
     # it must not touch the origin until the news has had time to arrive.
     assert len(owned) == PIECES
     assert holding.presume_all_until == 0.0
+
+
+async def _fetch_while_others_stall(tmp_path: Path, pieces: int) -> tuple[Holding, list[int]]:
+    """A whole-artifact fetch by a daemon whose three fellow owners never fetch anything; run
+    until it stops getting pieces. Returns it and the pieces it was expected to get."""
+    manifest = _artifact(tmp_path, pieces)
+    ctx = _context(tmp_path, up_for=60.0, fetching=manifest)
+    holding = Holding(manifest.id, manifest, ctx)
+    holding.want(None)
+    plan = holding._plan(holding._availability())
+    expected = set(plan.owned)
+    for owner in {int(o) for o in plan.first_owner} - {int(plan.first_owner[min(plan.owned)])}:
+        stalled = np.flatnonzero(plan.first_owner == owner).tolist()
+        expected |= {i for i in stalled[2:] if plan.backed_mask[i]}  # all but its first two
+    try:
+        held, still = -1, 0
+        while still < 10:  # a second without a new piece
+            await asyncio.sleep(0.1)
+            still = still + 1 if holding.held == held else 0
+            held = holding.held
+        return holding, sorted(expected)
+    finally:
+        await holding.stop()
+        ctx.close()
+
+
+def test_an_owner_done_with_its_own_pieces_backs_up_stalled_owners(tmp_path: Path) -> None:
+    holding, expected = asyncio.run(_fetch_while_others_stall(tmp_path, pieces=32))
+    fetched = [i for i in range(32) if holding.has(i)]
+    assert fetched == expected
+    assert len(expected) > 32 // (len(OTHERS) + 1)  # its own eight, and some it backs up
+    assert holding.bytes_from["origin"] == len(expected) * PIECE

@@ -74,6 +74,45 @@ def test_owners_have_bounded_loads_and_mostly_stay_put() -> None:
     assert max(sum(m in owners for owners in two) for m in members) <= 101  # share, or one over
 
 
+def test_backups_are_other_members_with_bounded_loads() -> None:
+    members = [f"h{i}:1" for i in range(16)]
+    hashes = [f"{i:064x}" for i in range(256)]
+    plans = {m: RelayPlan(hashes, members, m, degree=4, owners=1) for m in members}
+    for index in range(len(hashes)):
+        backups = [m for m, plan in plans.items() if plan.backed_mask[index]]
+        owner = [m for m, plan in plans.items() if index in plan.owned]
+        assert len(backups) == 1 and backups != owner
+    loads = [int(plan.backed_mask.sum()) for plan in plans.values()]
+    assert max(loads) <= 16 + 2  # the share, 256 / 16, or a little over for the last pieces
+
+
+def test_a_backup_takes_the_far_end_of_a_slower_owners_list() -> None:
+    members = ["a:1", "b:1", "c:1", "d:1"]
+    hashes = [f"{i:064x}" for i in range(64)]
+    plan = RelayPlan(hashes, members, "a:1", degree=2, owners=1)
+    everything = np.arange(len(hashes))
+    nowhere = np.ones(len(hashes), dtype=bool)
+    # While it has pieces of its own nobody holds, an owner fetches those, in order.
+    assert plan.origin_picks(everything, nowhere) == sorted(plan.owned)
+    nowhere[list(plan.owned)] = False
+    lists = {o: np.flatnonzero(plan.first_owner == o).tolist() for o in range(1, 4)}
+    pick = plan.origin_picks(everything, nowhere)
+    # Then the backed-up piece furthest down any owner's list: every owner has 16 left, so
+    # the latest piece it backs up in any list.
+    backed = [(lst.index(i), i) for lst in lists.values() for i in lst if plan.backed_mask[i]]
+    assert pick == [max(backed)[1]]
+    # Never one of the first two an owner has left: it may be fetching those already.
+    owner = lists[int(plan.first_owner[pick[0]])]
+    at = owner.index(pick[0])
+    nowhere[:] = False
+    nowhere[owner[at - 2 : at + 1]] = True
+    assert plan.backup_pick(everything, nowhere) == pick[0]
+    nowhere[owner[at - 2]] = False
+    assert plan.backup_pick(everything, nowhere) is None
+    nowhere[owner[at - 2]] = True
+    assert plan.backup_pick(everything[everything != pick[0]], nowhere) is None  # in flight
+
+
 def test_rarest_first_and_least_loaded_peer() -> None:
     haves = {"a": HaveMap(True, 0b111), "b": HaveMap(True, 0b011), "c": HaveMap(True, 0b001)}
     avail = Availability(haves, 4)

@@ -125,9 +125,7 @@ class Holding:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def missing(self) -> list[int]:
-        rest = self._wanted_bits & ~self.held
-        missing: list[int] = piece_indexes(rest, len(self.hashes)).tolist()
-        return missing
+        return list(piece_indexes(self._wanted_bits & ~self.held, len(self.hashes)).tolist())
 
     def _unassigned(self) -> npt.NDArray[np.intp]:
         """Pieces wanted, not held and not in flight, in index order."""
@@ -233,13 +231,14 @@ class Holding:
     def _fetch_owned_from_origin(
         self, todo: npt.NDArray[np.intp], avail: Availability, plan: RelayPlan
     ) -> None:
-        """Pieces no live peer holds come from the origin, but only through their owners."""
-        if self.ctx.origin is None or time.monotonic() < self.origin_after:
+        """Pieces no live peer holds come from the origin, only through their owners (or
+        backups: see `RelayPlan.origin_picks`)."""
+        free = self.ctx.config.origin_inflight - self.ctx.load.get(ORIGIN, 0)
+        if self.ctx.origin is None or time.monotonic() < self.origin_after or free <= 0:
             return
-        nowhere = todo[plan.owned_mask[todo] & (avail.counts[todo] == 0)]
-        for index in nowhere.tolist():  # `todo` holds no piece in flight
-            if self.ctx.load.get(ORIGIN, 0) >= self.ctx.config.origin_inflight:
-                return
+        nowhere = avail.counts == 0
+        nowhere[piece_indexes(self.held, len(self.hashes))] = False
+        for index in plan.origin_picks(todo, nowhere)[:free]:  # `todo`: none in flight
             self._start(index, ORIGIN)
 
     def _plan(self, avail: Availability) -> RelayPlan:

@@ -22,6 +22,14 @@ traffic, and the origin's link fell idle for seconds. When a member leaves, its 
 others, and a few pieces move between the others to keep the loads bounded (2% of 1,000 pieces
 at 16 or 32 members, 10% at 100).
 
+**Backups.** Each piece also has a backup: among the other members, by the same bounded-load
+rendezvous hashing. A member whose own origin pieces are all out fetches, one at a time, a piece
+it backs up from the far end of a slower owner's list, while the owner works through the front.
+Owners do fall behind: on the benchmark's rig, an owner whose first origin request met an already
+full origin link got a tenth of its share there for about 10 s (the origin's TCP, BBR, was slow
+to give a late flow its share), and without backups the origin's link then ran half idle for
+the last seconds while those few owners alone still fetched.
+
 A plan costs O(pieces × members log members) numpy work; it is rebuilt only when the members
 change.
 """
@@ -33,6 +41,9 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+# The pieces at the front of an owner's list that its backups leave to it: the one it is
+# fetching and the next, which it may start before others hear it has the first.
+BACKUP_KEEP = 2
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
@@ -63,24 +74,34 @@ def mesh_offsets(members: int, degree: int) -> list[int]:
 
 def owner_lists(hashes: Sequence[str], members: Sequence[str], owners: int) -> list[list[str]]:
     """Per piece, its origin owners, highest score first: rendezvous hashing with bounded loads."""
+    dealt = _deal(hashes, members, owners, [()] * len(hashes))
+    return [[members[i] for i in chosen] for chosen in dealt]
+
+
+def _deal(
+    hashes: Sequence[str], members: Sequence[str], count: int, excluded: Sequence[Sequence[int]]
+) -> list[list[int]]:
+    """Per piece, `count` member indexes other than `excluded`, highest score first, none
+    taking more than its share of all pieces: rendezvous hashing with bounded loads."""
     keys = np.array([_key(m) for m in members], dtype=np.uint64)
-    count = min(owners, len(members))
+    count = min(count, len(members))
     share = -(-len(hashes) * count // max(1, len(members)))
     owned = np.zeros(len(members), dtype=np.int64)
-    lists = []
-    for piece_hash in hashes:
+    dealt = []
+    for piece_hash, skip in zip(hashes, excluded, strict=True):
         ranked = np.argsort(_scores(keys, _key(piece_hash)))[::-1]
+        ranked = ranked[~np.isin(ranked, skip)]
         under = owned[ranked] < share
         # The last pieces may find fewer members under their share than owners wanted.
         chosen = np.concatenate([ranked[under], ranked[~under]])[:count]
         owned[chosen] += 1
-        lists.append([members[i] for i in chosen])
-    return lists
+        dealt.append(chosen.tolist())
+    return dealt
 
 
 class RelayPlan:
-    """This peer's upstream and downstream peers in the mesh, and the pieces it owns (as a set
-    and as a mask over all pieces, for the scheduler's per-round array work)."""
+    """This peer's upstream and downstream peers in the mesh, the pieces it owns (as a set and
+    as a mask over all pieces, for the scheduler's per-round array work) and those it backs up."""
 
     def __init__(
         self, hashes: Sequence[str], members: Sequence[str], me: str, degree: int, owners: int
@@ -90,7 +111,37 @@ class RelayPlan:
         offsets = mesh_offsets(len(ring), degree)
         self.upstream = [ring[(mine + d) % len(ring)] for d in offsets]
         self.downstream = [ring[(mine - d) % len(ring)] for d in offsets]
-        owner_of = owner_lists(hashes, members, owners)
-        self.owned = {i for i, names in enumerate(owner_of) if me in names}
+        owners_of = _deal(hashes, members, owners, [()] * len(hashes))
+        mine_at = members.index(me)
+        self.owned = {i for i, chosen in enumerate(owners_of) if mine_at in chosen}
         self.owned_mask = np.zeros(len(hashes), dtype=bool)
         self.owned_mask[list(self.owned)] = True
+        # Each piece's first owner, and a backup among the other members (bounded loads too).
+        self.first_owner = np.array([chosen[0] for chosen in owners_of], dtype=np.intp)
+        backups = _deal(hashes, members, 1, owners_of)
+        self.backed_mask = np.array([mine_at in chosen for chosen in backups], dtype=bool)
+
+    def origin_picks(self, todo: npt.NDArray[np.intp], nowhere: npt.NDArray[np.bool_]) -> list[int]:
+        """Pieces to fetch from the origin, first first, of those nobody holds (`nowhere`)
+        and this peer may start (`todo`, in index order): its own, in order; once none is
+        left, one it backs up (`backup_pick`)."""
+        own: list[int] = todo[self.owned_mask[todo] & nowhere[todo]].tolist()
+        if own:
+            return own
+        backup = self.backup_pick(todo, nowhere)
+        return [] if backup is None else [backup]
+
+    def backup_pick(self, todo: npt.NDArray[np.intp], nowhere: npt.NDArray[np.bool_]) -> int | None:
+        """Of the pieces this peer backs up, the one furthest down its owner's list (owners
+        work through theirs from the front), leaving the owner at least `BACKUP_KEEP` pieces
+        before it so that the two do not fetch the same one; None if there is no such piece."""
+        pieces = np.flatnonzero(nowhere)
+        owners = self.first_owner[pieces]
+        order = np.lexsort((pieces, owners))  # grouped by owner, each in the owner's order
+        grouped = owners[order]
+        position = np.empty(len(pieces), dtype=np.intp)
+        position[order] = np.arange(len(pieces)) - np.searchsorted(grouped, grouped)
+        eligible = self.backed_mask[pieces] & (position >= BACKUP_KEEP) & np.isin(pieces, todo)
+        if not eligible.any():
+            return None
+        return int(pieces[np.argmax(np.where(eligible, position, -1))])
