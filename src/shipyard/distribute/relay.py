@@ -74,29 +74,43 @@ def mesh_offsets(members: int, degree: int) -> list[int]:
 
 def owner_lists(hashes: Sequence[str], members: Sequence[str], owners: int) -> list[list[str]]:
     """Per piece, its origin owners, highest score first: rendezvous hashing with bounded loads."""
-    dealt = _deal(hashes, members, owners, [()] * len(hashes))
-    return [[members[i] for i in chosen] for chosen in dealt]
+    return [[members[i] for i in chosen] for chosen in _deal(hashes, members, owners)[0]]
 
 
 def _deal(
-    hashes: Sequence[str], members: Sequence[str], count: int, excluded: Sequence[Sequence[int]]
-) -> list[list[int]]:
-    """Per piece, `count` member indexes other than `excluded`, highest score first, none
-    taking more than its share of all pieces: rendezvous hashing with bounded loads."""
+    hashes: Sequence[str], members: Sequence[str], owners: int
+) -> tuple[list[list[int]], list[int | None]]:
+    """Per piece, the indexes of its `owners` members, highest score first, and of its backup,
+    the best-scoring other member: neither owners nor backups taking more than their share
+    of all pieces (rendezvous hashing with bounded loads). No backup with a single member."""
     keys = np.array([_key(m) for m in members], dtype=np.uint64)
-    count = min(count, len(members))
-    share = -(-len(hashes) * count // max(1, len(members)))
+    count = min(owners, len(members))
+    owner_share = -(-len(hashes) * count // max(1, len(members)))
+    backup_share = -(-len(hashes) // max(1, len(members)))
     owned = np.zeros(len(members), dtype=np.int64)
-    dealt = []
-    for piece_hash, skip in zip(hashes, excluded, strict=True):
+    backed = np.zeros(len(members), dtype=np.int64)
+    others = np.ones(len(members), dtype=bool)
+    dealt, backups = [], []
+    for piece_hash in hashes:
         ranked = np.argsort(_scores(keys, _key(piece_hash)))[::-1]
-        ranked = ranked[~np.isin(ranked, skip)]
-        under = owned[ranked] < share
-        # The last pieces may find fewer members under their share than owners wanted.
-        chosen = np.concatenate([ranked[under], ranked[~under]])[:count]
-        owned[chosen] += 1
+        chosen = _bounded(ranked, owned, owner_share, count)
+        others[chosen] = False
+        backup = _bounded(ranked[others[ranked]], backed, backup_share, 1)
+        others[chosen] = True
         dealt.append(chosen.tolist())
-    return dealt
+        backups.append(int(backup[0]) if len(backup) else None)
+    return dealt, backups
+
+
+def _bounded(
+    ranked: npt.NDArray[np.intp], loads: npt.NDArray[np.int64], share: int, count: int
+) -> npt.NDArray[np.intp]:
+    """The first `count` of `ranked` whose load is under `share` (falling back on the others:
+    the last pieces may find too few under it), their loads counted up."""
+    under = loads[ranked] < share
+    chosen = np.concatenate([ranked[under], ranked[~under]])[:count]
+    loads[chosen] += 1
+    return chosen
 
 
 class RelayPlan:
@@ -111,15 +125,14 @@ class RelayPlan:
         offsets = mesh_offsets(len(ring), degree)
         self.upstream = [ring[(mine + d) % len(ring)] for d in offsets]
         self.downstream = [ring[(mine - d) % len(ring)] for d in offsets]
-        owners_of = _deal(hashes, members, owners, [()] * len(hashes))
+        owners_of, backups = _deal(hashes, members, owners)
         mine_at = members.index(me)
         self.owned = {i for i, chosen in enumerate(owners_of) if mine_at in chosen}
         self.owned_mask = np.zeros(len(hashes), dtype=bool)
         self.owned_mask[list(self.owned)] = True
-        # Each piece's first owner, and a backup among the other members (bounded loads too).
+        # Each piece's first owner, and whether this peer is its backup.
         self.first_owner = np.array([chosen[0] for chosen in owners_of], dtype=np.intp)
-        backups = _deal(hashes, members, 1, owners_of)
-        self.backed_mask = np.array([mine_at in chosen for chosen in backups], dtype=bool)
+        self.backed_mask = np.array([backup == mine_at for backup in backups], dtype=bool)
 
     def origin_picks(self, todo: npt.NDArray[np.intp], nowhere: npt.NDArray[np.bool_]) -> list[int]:
         """Pieces to fetch from the origin, first first, of those nobody holds (`nowhere`)
