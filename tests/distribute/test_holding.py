@@ -12,6 +12,7 @@ from shipyard.distribute.context import Context
 from shipyard.distribute.holding import Holding
 from shipyard.distribute.membership import HaveMap, Membership
 from shipyard.distribute.origin import BackendOrigin
+from shipyard.distribute.relay import BACKUP_KEEP
 from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 
 PIECE = 64 << 10
@@ -29,7 +30,8 @@ def _artifact(tmp_path: Path, pieces: int = PIECES) -> Manifest:
 def _context(tmp_path: Path, up_for: float, fetching: Manifest | None = None) -> Context:
     """A daemon that has heard from three live members, which have asked for nothing, or for
     the whole of `fetching` without holding any of it yet (the daemon then has an origin)."""
-    config = DaemonConfig(listen=("10.0.0.1", 7000), store=str(tmp_path / "store"))
+    # The others never beat again: they must not be taken for dead while a test runs.
+    config = DaemonConfig(listen=("10.0.0.1", 7000), store=str(tmp_path / "store"), dead_after=60.0)
     membership = Membership(config.me, [], config.dead_after)
     for other in OTHERS:
         peer = Membership(other, [], config.dead_after)
@@ -81,9 +83,10 @@ async def _fetch_while_others_stall(tmp_path: Path, pieces: int) -> tuple[Holdin
     holding.want(None)
     plan = holding._plan(holding._availability())
     expected = set(plan.owned)
-    for owner in {int(o) for o in plan.first_owner} - {int(plan.first_owner[min(plan.owned)])}:
+    me = int(plan.first_owner[min(plan.owned)])  # this daemon's index among the members
+    for owner in {int(o) for o in plan.first_owner} - {me}:
         stalled = np.flatnonzero(plan.first_owner == owner).tolist()
-        expected |= {i for i in stalled[2:] if plan.backed_mask[i]}  # all but its first two
+        expected |= {i for i in stalled[BACKUP_KEEP:] if plan.backed_mask[i]}
     try:
         held, still = -1, 0
         while still < 10:  # a second without a new piece
