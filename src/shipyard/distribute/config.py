@@ -45,7 +45,7 @@ class DaemonConfig:
     upload_slots: int = 4
     origin_replicas: int = 1
     mesh_degree: int = 4  # upstream peers, each with a lane of requests; as many downstream
-    relay_patience: float = 4.0  # seconds a piece may be held elsewhere before any holder will do
+    relay_patience: float = 2.0
     upload_limit_bps: float | None = None
 
     def __post_init__(self) -> None:
