@@ -67,7 +67,7 @@ def _put(args: argparse.Namespace) -> int:
             piece_size=args.piece_size_mib << 20,
             progress=advance,
         )
-    stderr.print(f"stored {record.kind} {record.file_count} files, {record.size:,} bytes")
+    stderr().print(f"stored {record.kind} {record.file_count} files, {record.size:,} bytes")
     print(record.id)
     return 0
 

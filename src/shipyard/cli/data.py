@@ -52,7 +52,9 @@ def _run(args: argparse.Namespace) -> int:
         print(f"tokenizer  {result.tokenizer_id}")
         print(f"tokens     {result.tokens_id}")
     if result.failed_tasks:
-        stderr.print(f"{len(result.failed_tasks)} task(s) failed: {', '.join(result.failed_tasks)}")
+        stderr().print(
+            f"{len(result.failed_tasks)} task(s) failed: {', '.join(result.failed_tasks)}"
+        )
     return 0
 
 
@@ -92,4 +94,4 @@ def _print_funnel(scope: str, rows: list[dict[str, Any]]) -> None:
 
 
 def _progress(line: str) -> None:
-    stderr.print(line, soft_wrap=True, highlight=False, markup=False)
+    stderr().print(line, soft_wrap=True, highlight=False, markup=False)

@@ -4,9 +4,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rich.progress import BarColumn, DownloadColumn, Progress, TransferSpeedColumn
-
-from shipyard.cli.progress import stderr
+from shipyard.cli.progress import held_progress, stderr
 from shipyard.distribute import DaemonConfig, parse_address, pull, run_daemon
 from shipyard.errors import InvalidInput
 from shipyard.workspace import Workspace
@@ -74,24 +72,7 @@ def _pull(args: argparse.Namespace) -> int:
     if args.stall_timeout <= 0:
         raise InvalidInput("--stall-timeout must be positive")
     artifact = _resolve(args.ref)
-    columns = (BarColumn(), DownloadColumn(), TransferSpeedColumn())
-    with Progress(
-        "[progress.description]{task.description}",
-        *columns,
-        console=stderr,
-        disable=not stderr.is_terminal,
-        transient=True,
-    ) as bar:
-        task = bar.add_task(f"pull {artifact[:12]}", total=None)
-        tenths = [-1]
-
-        def progress(held: int, wanted: int) -> None:
-            bar.update(task, completed=held, total=wanted)
-            tenth = held * 10 // max(wanted, 1)
-            if not stderr.is_terminal and tenth != tenths[0]:
-                tenths[0] = tenth  # a line per 10% where no bar can be drawn (logs, CI)
-                print(f"progress {held}/{wanted} bytes", file=sys.stderr, flush=True)
-
+    with held_progress(f"pull {artifact[:12]}") as progress:
         result = pull(
             parse_address(args.peer, "--peer"),
             artifact,
@@ -100,7 +81,7 @@ def _pull(args: argparse.Namespace) -> int:
             progress=progress,
             stall_timeout=args.stall_timeout,
         )
-    stderr.print(
+    stderr().print(
         f"pulled {result.pieces} pieces ({result.wanted_bytes:,} bytes): "
         f"{result.bytes_from_peers:,} from peers, {result.bytes_from_origin:,} from the origin"
     )
