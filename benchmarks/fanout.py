@@ -256,9 +256,11 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
                 start_daemon(rig, host, rng.sample(live_now, min(3, len(live_now))), origin_url)
                 run.dead.discard(host.name)
             wait_listening(restart_at[1], time.monotonic() + 60)
+            listening = time.monotonic() - started - now
             for host in restart_at[1]:
                 trigger(rig, host, manifest.id)
-            run.events.append(f"t={now:.1f}s restarted {[h.name for h in restart_at[1]]}")
+            names = [h.name for h in restart_at[1]]
+            run.events.append(f"t={now:.1f}s restarted {names}, listening {listening:.1f} s later")
             restart_at = None
         if args.chaos_origin and not origin_done and twice_held(held, list(run.sizes), live):
             origin_done = True
