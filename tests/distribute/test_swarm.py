@@ -8,7 +8,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from shipyard.distribute import PullResult, pull
+from shipyard.errors import StorageError
 from shipyard.store import Manifest
 
 ORIGIN_BYTES = 'shipyard_peer_bytes_received_total{source="origin"}'
@@ -103,25 +106,48 @@ def test_a_peer_serving_corrupt_bytes_is_caught_and_blamed(
 def test_a_killed_host_resumes_from_its_verified_pieces(
     cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
 ) -> None:
+    """The host's daemon is SIGKILLed mid-download and brought back, as a supervisor would:
+    the `shipyard pull` running on the host rides it out, asks the new daemon again, and the
+    daemon fetches only the pieces that were not yet on its disk."""
     store, manifest = origin
     seeder = cluster.seeder("seed", [], store, "--upload-limit-mbit", "16")
     seeder.start()
     host = cluster.peer("host", [seeder.address]).start()
+    out = tmp_path / "out"
     cli = [sys.executable, "-m", "shipyard.cli.main", "pull", manifest.id, "--peer", host.address]
-    puller = subprocess.Popen(cli, stderr=subprocess.DEVNULL)
+    puller = subprocess.Popen([*cli, "--dest", str(out)], stderr=subprocess.PIPE, text=True)
     wait_until(lambda: len(host.pieces_on_disk()) >= 8)
     host.kill()
-    assert puller.wait(timeout=60) != 0  # the pull saw its daemon die
     before = host.pieces_on_disk()
     total = len({p.hash for f in manifest.files for p in f.pieces})
     assert 8 <= len(before) < total
+    time.sleep(1)  # the pull finds its daemon gone
+    assert puller.poll() is None
 
     host.start()
-    pull(host.port, manifest.id, tmp_path / "out", stall_timeout=60)
+    _, errors = puller.communicate(timeout=60)
+    assert puller.returncode == 0, errors
     metrics = host.metrics()
     assert metrics["shipyard_peer_pieces_resumed_total"] == len(before)
     assert metrics['shipyard_peer_pieces_received_total{source="peer"}'] == total - len(before)
-    assert (tmp_path / "out" / "blob.bin").read_bytes() == (tmp_path / "src/blob.bin").read_bytes()
+    assert (out / "blob.bin").read_bytes() == (tmp_path / "src/blob.bin").read_bytes()
+
+
+def test_a_pull_whose_daemon_stays_down_fails_naming_it(
+    cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
+) -> None:
+    store, manifest = origin
+    seeder = cluster.seeder("seed", [], store, "--upload-limit-mbit", "16")
+    seeder.start()
+    host = cluster.peer("host", [seeder.address]).start()
+    killer = threading.Timer(1.0, host.kill)
+    killer.start()
+    try:
+        with pytest.raises(StorageError, match="no progress for 2 s: the daemon is unreachable"):
+            pull(host.port, manifest.id, tmp_path / "out", stall_timeout=2)
+    finally:
+        killer.join()
+    assert not (tmp_path / "out").exists()
 
 
 def test_origin_fetches_stay_capped_with_many_hosts_over_http(

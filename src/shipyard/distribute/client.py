@@ -11,7 +11,7 @@ from pathlib import Path
 
 from shipyard.distribute.config import Address
 from shipyard.distribute.tensors import covering, header_end, is_safetensors, select_pieces
-from shipyard.distribute.wire import Header, request
+from shipyard.distribute.wire import Header, PeerUnavailable, request
 from shipyard.errors import IntegrityError, InvalidInput, StorageError
 from shipyard.hashing import sha256_hex
 from shipyard.store import Manifest, PieceStore
@@ -58,6 +58,8 @@ class _Puller:
         self.artifact = artifact
         self.progress = progress
         self.stall_timeout = stall_timeout
+        self._asked: list[str] | None = []  # every piece asked for so far; None: all of them
+        self._boot: object = None  # the daemon's start token when it was last asked
 
     async def run(self, dest: Path | None, tensors: str | None) -> PullResult:
         manifest = await self._fetch([] if tensors else None)
@@ -81,26 +83,45 @@ class _Puller:
         return await request(self.daemon, header, CONNECT_TIMEOUT, REPLY_TIMEOUT)
 
     async def _fetch(self, pieces: list[str] | None) -> Manifest:
-        _, body = await self._call({"op": "fetch", "artifact": self.artifact, "pieces": pieces})
+        reply, body = await self._call({"op": "fetch", "artifact": self.artifact, "pieces": pieces})
+        if pieces is None or self._asked is None:
+            self._asked = None
+        else:
+            self._asked = list(dict.fromkeys([*self._asked, *pieces]))
+        self._boot = reply.get("boot")
         # The daemon verified the manifest already; check again rather than trust the socket.
         return PieceStore.parse_manifest(self.artifact, body or b"")
 
     async def _wait(self) -> Header:
-        """Poll the daemon until every wanted piece is held, reporting progress."""
+        """Poll the daemon until every wanted piece is held, reporting progress. A daemon that
+        restarted meanwhile (its supervisor brought it back) has forgotten what it was asked:
+        it is asked again, and resumes from the pieces on its disk. Time it is unreachable
+        counts as time without progress."""
         last_held, last_change = -1, time.monotonic()
+        ask_again, problem = False, ""
         while True:
-            status, _ = await self._call({"op": "status", "artifact": self.artifact})
-            held, wanted = int(status["held_bytes"]), int(status["wanted_bytes"])
-            if self.progress:
-                self.progress(held, wanted)
-            if status["missing_pieces"] == 0:
-                return status
-            if held != last_held:
-                last_held, last_change = held, time.monotonic()
-            elif time.monotonic() - last_change > self.stall_timeout:
-                raise StorageError(
-                    f"artifact {self.artifact}: no progress for {self.stall_timeout:.0f} s with "
+            try:
+                if ask_again:
+                    await self._fetch(self._asked)
+                status, _ = await self._call({"op": "status", "artifact": self.artifact})
+                ask_again = status.get("boot") != self._boot
+            except PeerUnavailable as exc:
+                ask_again, problem = True, f"the daemon is unreachable ({exc})"
+            if not ask_again:
+                held, wanted = int(status["held_bytes"]), int(status["wanted_bytes"])
+                if self.progress:
+                    self.progress(held, wanted)
+                if status["missing_pieces"] == 0:
+                    return status
+                if held != last_held:
+                    last_held, last_change = held, time.monotonic()
+                problem = (
                     f"{status['missing_pieces']} pieces missing (no live peer or origin has them)"
+                )
+            if time.monotonic() - last_change > self.stall_timeout:
+                raise StorageError(
+                    f"artifact {self.artifact}: no progress for {self.stall_timeout:.0f} s: "
+                    f"{problem}"
                 )
             await asyncio.sleep(POLL)
 

@@ -4,6 +4,7 @@ fetches what it is asked for, with no tracker or scheduler anywhere.
 
 import asyncio
 import contextlib
+import secrets
 import signal
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,9 @@ class PeerDaemon:
             origin=open_origin(config.origin) if config.origin else None,
         )
         self.holdings: dict[str, Holding] = {}
+        # Sent with fetch and status replies: a client that sees it change knows the daemon
+        # restarted since it asked, and has forgotten what it was asked to fetch.
+        self.boot = secrets.token_hex(8)
         self._pending: dict[str, asyncio.Task[Holding]] = {}
         self._server: asyncio.Server | None = None
         self._handler: Server | None = None
@@ -165,13 +169,13 @@ class PeerDaemon:
         if self.ctx.origin is not None and holding.missing():  # origin requests follow soon
             self.ctx.transfers.submit(self.ctx.origin.warm)
         body = holding.manifest.canonical_bytes()
-        return {"ok": True, "body": body}
+        return {"ok": True, "boot": self.boot, "body": body}
 
     async def _on_status(self, header: Header) -> dict[str, Any]:
         artifact = _artifact_id(header.get("artifact"))
         if artifact not in self.holdings:
             raise NotFound(f"artifact {artifact} is not held or being fetched here")
-        return self.holdings[artifact].status()
+        return self.holdings[artifact].status() | {"boot": self.boot}
 
     async def _on_have(self, header: Header) -> dict[str, Any]:
         """A peer stored a piece (this one is downstream of it in the mesh): schedule at once."""
