@@ -1,0 +1,85 @@
+"""How long `shipyard peer serve` takes from exec to listening, side by side with the floor.
+
+    .venv/bin/python benchmarks/peer_start.py [--runs 7]
+
+A restarted host idles its link until its daemon listens again, so start-up time is part of
+every restart (`fanout.py --chaos` reports the same time under load in its `events`). `value` is
+the median seconds from starting `shipyard peer serve` (empty store, no seeds) to its `listening`
+line; `baseline` the same for a bare Python process that imports asyncio and listens on a TCP
+port, the interpreter's own floor; `ratio` = value / baseline. The two alternate, run by run.
+"""
+
+import argparse
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+BARE = """
+import asyncio, sys
+async def main():
+    server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", int(sys.argv[1]))
+    print("listening", file=sys.stderr, flush=True)
+    await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def time_to_listening(cmd: list[str]) -> float:
+    """Seconds from starting `cmd` to the first stderr line that says it is listening."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if "listening" in line:
+                return time.perf_counter() - started
+        raise SystemExit(f"{cmd[:4]} exited ({proc.wait()}) without listening")
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    args = parser.parse_args()
+    shipyard, bare = [], []
+    with tempfile.TemporaryDirectory(prefix="peer-start-") as tmp:
+        for run in range(args.runs):
+            store = Path(tmp) / f"store{run}"
+            serve = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen",
+                     f"127.0.0.1:{free_port()}", "--store", str(store), "--no-fsync"]  # fmt: skip
+            shipyard.append(time_to_listening(serve))
+            bare.append(time_to_listening([sys.executable, "-c", BARE, str(free_port())]))
+    value, baseline = statistics.median(shipyard), statistics.median(bare)
+    print(f"shipyard peer serve: {value:.3f} s; bare asyncio listener: {baseline:.3f} s")
+    print(
+        json.dumps(
+            {
+                "name": "peer_start",
+                "value": round(value, 3),
+                "unit": "s",
+                "baseline": round(baseline, 3),
+                "ratio": round(value / baseline, 2),
+                "runs": args.runs,
+                "values": [round(v, 3) for v in shipyard],
+                "baseline_values": [round(v, 3) for v in bare],
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
