@@ -30,10 +30,11 @@ def _bar(description: str, total: int | None, eta: bool) -> Iterator[tuple["Prog
     )
 
     columns = [BarColumn(), DownloadColumn(), TransferSpeedColumn()]
+    if eta:
+        columns.append(TimeRemainingColumn())
     with Progress(
         "[progress.description]{task.description}",
         *columns,
-        *([TimeRemainingColumn()] if eta else []),
         console=stderr(),
         disable=not stderr().is_terminal,
         transient=True,
@@ -53,13 +54,14 @@ def held_progress(description: str) -> Iterator[Callable[[int, int], None]]:
     """Yield a callback taking the bytes held and wanted so far: it moves the bar, or where no
     bar can be drawn (logs, CI) prints a line per tenth of the way."""
     with _bar(description, None, eta=False) as (bar, task):
-        tenths = [-1]
+        printed = -1  # the last tenth a line was printed for
 
         def update(held: int, wanted: int) -> None:
+            nonlocal printed
             bar.update(task, completed=held, total=wanted)
             tenth = held * 10 // max(wanted, 1)
-            if not stderr().is_terminal and tenth != tenths[0]:
-                tenths[0] = tenth
+            if not stderr().is_terminal and tenth != printed:
+                printed = tenth
                 print(f"progress {held}/{wanted} bytes", file=sys.stderr, flush=True)
 
         yield update
