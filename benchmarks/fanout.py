@@ -384,6 +384,11 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
                         for m in counters))
         for reason in ("busy", "peer", "origin")
     }  # fmt: skip
+    served = {
+        op: round(float(np.mean([m.get(f'shipyard_peer_requests_served_total{{op="{op}"}}', 0)
+                                 for m in counters])), 1)
+        for op in ("piece", "have", "gossip", "manifest", "fetch", "status")
+    }  # fmt: skip
     result: dict[str, object] = {
         "name": "fanout",
         "value": round(t_swarm / bound, 3),
@@ -403,6 +408,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "restarted_hosts_refetched_pieces": refetched if resumed else None,
         "hedged_requests": int(hedged),
         "failed_requests": failed,
+        "requests_served_per_host": served,
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "machine_cpu_busy": round(machine_busy, 3),
         "swarm_cpu_s_per_host": round(float(daemon_cpu.sum()), 2),

@@ -1,5 +1,6 @@
 """Bytes that do not match their address are refused: manifests by artifact id, pieces by hash."""
 
+import asyncio
 import time
 from pathlib import Path
 from typing import Any
@@ -7,7 +8,7 @@ from typing import Any
 import pytest
 
 from shipyard.distribute import pull
-from shipyard.distribute.wire import PeerUnavailable
+from shipyard.distribute.wire import PeerUnavailable, request
 from shipyard.errors import IntegrityError
 from shipyard.hashing import sha256_hex
 from shipyard.store import Manifest, PieceStore
@@ -56,3 +57,20 @@ def test_parse_refuses_bytes_for_another_id(origin: tuple[Path, Manifest]) -> No
     _, manifest = origin
     with pytest.raises(IntegrityError):
         PieceStore.parse_manifest(sha256_hex(b"x"), manifest.canonical_bytes())
+
+
+def test_an_unknown_request_is_refused_by_name_and_counted_apart(cluster: Any) -> None:
+    host = cluster.peer("host", []).start()
+    for op in ("rm -rf", "rm -rf", "gossip"):
+        header = {"op": op, "view": {}}
+        try:
+            asyncio.run(request(host.port, header, connect_timeout=5, idle_timeout=5))
+        except PeerUnavailable as exc:
+            assert op == "rm -rf" and "unknown op 'rm -rf'" in str(exc)
+        else:
+            assert op == "gossip"
+    served = host.metrics()
+    # A made-up op is one label, whatever its name: peers cannot grow the metrics page.
+    assert served['shipyard_peer_requests_served_total{op="other"}'] == 2
+    assert served['shipyard_peer_requests_served_total{op="gossip"}'] == 1
+    assert not any("rm -rf" in key for key in served)

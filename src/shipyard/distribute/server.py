@@ -57,6 +57,8 @@ class Server:
         self.ctx = ctx
         self.ops = ops
         self.held = held
+        # Labels for the served-requests counter: a peer's made-up op must not grow the metrics.
+        self.known = {"piece", "manifest", *ops}
         limit = ctx.config.upload_limit_bps
         self.throttle = Throttle(limit) if limit else None
         self.uploads = 0
@@ -96,6 +98,8 @@ class Server:
 
     async def _dispatch(self, header: Header, writer: asyncio.StreamWriter) -> None:
         op = str(header.get("op"))
+        served = op if op in self.known else "other"
+        self.ctx.metrics.inc("shipyard_peer_requests_served_total", op=served)
         try:
             if op == "piece":
                 # A few upload slots, like BitTorrent's unchoke slots: a full peer says so at
