@@ -384,11 +384,14 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
                         for m in counters))
         for reason in ("busy", "peer", "origin")
     }  # fmt: skip
+    served_key = 'shipyard_peer_requests_served_total{op="'  # then the op and '"}'
+    ops = sorted(
+        {key[len(served_key) : -2] for m in counters for key in m if key.startswith(served_key)}
+    )
     served = {
-        op: round(float(np.mean([m.get(f'shipyard_peer_requests_served_total{{op="{op}"}}', 0)
-                                 for m in counters])), 1)
-        for op in ("piece", "have", "gossip", "manifest", "fetch", "status")
-    }  # fmt: skip
+        op: round(float(np.mean([m.get(f'{served_key}{op}"}}', 0) for m in counters])), 1)
+        for op in ops
+    }
     result: dict[str, object] = {
         "name": "fanout",
         "value": round(t_swarm / bound, 3),
