@@ -33,6 +33,7 @@ from fanout_aria2 import aria2_swarm
 from fanout_aria2 import available as aria2_available
 from fanout_links import LinkMeter
 from fanout_rig import Rig
+from shipyard.distribute import DaemonConfig
 from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 
 PORT = 7000
@@ -121,6 +122,10 @@ def parse_args() -> argparse.Namespace:
         "--queue-ms", type=float, default=100.0,
         help="tbf queue per link, in ms of traffic (100: a deep FIFO; switches buffer less)",
     )  # fmt: skip
+    p.add_argument(
+        "--congestion-control", metavar="NAME",
+        help="the daemons' TCP congestion control for uploads (default: theirs; 'kernel')",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--workdir", type=Path, help="stores go here (default: /dev/shm if it fits)")
@@ -147,12 +152,12 @@ def make_artifact(work: Path, size_mib: int, piece_mib: float) -> tuple[Path, Ma
     return store, manifest
 
 
-def start_daemon(rig: Rig, host: Host, seeds: list[Host], origin: str) -> None:
+def start_daemon(rig: Rig, host: Host, seeds: list[Host], origin: str, cc: str | None) -> None:
     host.starts += 1
     joined = ",".join(s.address for s in seeds)
     cmd = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen", host.address,
            "--seeds", joined, "--store", str(host.store), "--origin", origin,
-           "--no-fsync"]  # fmt: skip
+           "--no-fsync", *(["--congestion-control", cc] if cc else [])]  # fmt: skip
     host.proc = rig.spawn(host.ns, cmd, host.log)
 
 
@@ -253,7 +258,8 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
                 host.resumed_from = len(run.held(host))
                 # The seeds are dead: a host that comes back joins through any live peers.
                 live_now = [h for h in run.hosts if h.name not in run.dead]
-                start_daemon(rig, host, rng.sample(live_now, min(3, len(live_now))), origin_url)
+                joins = rng.sample(live_now, min(3, len(live_now)))
+                start_daemon(rig, host, joins, origin_url, args.congestion_control)
                 run.dead.discard(host.name)
             wait_listening(restart_at[1], time.monotonic() + 60)
             listening = time.monotonic() - started - now
@@ -352,7 +358,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     # Every host is told only of the first N/8: the would-be "trackers" that --chaos kills.
     seeds = hosts[: max(1, args.hosts // 8)]
     for host in hosts:
-        start_daemon(rig, host, seeds, origin_url)
+        start_daemon(rig, host, seeds, origin_url, args.congestion_control)
     wait_listening(hosts, time.monotonic() + 120)
     time.sleep(2)  # let gossip spread membership before the clock starts
     run = Run(hosts, seeds, sizes, origin_log)
@@ -407,6 +413,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "queue_ms": args.queue_ms,
         "chaos": args.chaos,
         "chaos_origin": args.chaos_origin,
+        "congestion_control": args.congestion_control or DaemonConfig.congestion_control,
         "events": run.events,
         "restarted_hosts_refetched_pieces": refetched if resumed else None,
         "hedged_requests": int(hedged),

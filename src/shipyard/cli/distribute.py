@@ -29,6 +29,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         default=DaemonConfig.max_inflight,
         help="piece requests open at once, queued ones included",
     )
+    serve.add_argument(
+        "--congestion-control",
+        default=DaemonConfig.congestion_control,
+        metavar="NAME",
+        help="TCP congestion control for uploads (default: %(default)s; 'kernel': the system's)",
+    )
     serve.set_defaults(func=_serve)
 
     get = subparsers.add_parser("pull", help="fetch an artifact through a peer daemon")
@@ -51,6 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
         fsync=not args.no_fsync,
         max_inflight=args.max_inflight,
         upload_limit_bps=args.upload_limit_mbit * 125_000 if args.upload_limit_mbit else None,
+        congestion_control=None if args.congestion_control == "kernel" else args.congestion_control,
     )
     run_daemon(
         config, ready=lambda: print(f"peer {config.me} listening", file=sys.stderr, flush=True)

@@ -1,5 +1,6 @@
 """The daemon's configuration: a typed dataclass checked once, at the edge."""
 
+import re
 from dataclasses import dataclass
 
 from shipyard.errors import InvalidInput
@@ -47,6 +48,10 @@ class DaemonConfig:
     mesh_degree: int = 4  # upstream peers, each with a lane of requests; as many downstream
     relay_patience: float = 2.0
     upload_limit_bps: float | None = None
+    # TCP congestion control for the connections this daemon uploads pieces on (None: the
+    # kernel's default). Every uplink carries several downstream peers' lanes at once; CUBIC
+    # shares it evenly between them, where BBR (v1) starved some of them for many seconds.
+    congestion_control: str | None = "cubic"
 
     def __post_init__(self) -> None:
         if self.listen[0] in ("0.0.0.0", "::", "") and self.advertise is None:
@@ -75,6 +80,11 @@ class DaemonConfig:
         for name, count in counts.items():
             if count < 1:
                 raise InvalidInput(f"{name} must be at least 1, got {count}")
+        algorithm = self.congestion_control
+        if algorithm is not None and not re.fullmatch(r"[a-z0-9_]{1,15}", algorithm):
+            raise InvalidInput(
+                f"congestion control {algorithm!r} is not a kernel algorithm name such as 'cubic'"
+            )
         if self.upload_limit_bps is not None and not self.upload_limit_bps > 0:
             raise InvalidInput(f"upload limit must be positive, got {self.upload_limit_bps}")
 

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import secrets
 import signal
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from shipyard.distribute.context import Context
 from shipyard.distribute.holding import Holding
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.origin import open_origin
-from shipyard.distribute.server import Server
+from shipyard.distribute.server import Server, use_congestion_control
 from shipyard.distribute.wire import Header, PeerGone, PeerUnavailable, request
 from shipyard.errors import IntegrityError, InvalidInput, NotFound, ShipyardError
 from shipyard.store import LocalBackend, Manifest, PieceStore, open_backend
@@ -71,8 +72,24 @@ class PeerDaemon:
         }
         self._handler = Server(self.ctx, ops, self._held)
         self._server = await asyncio.start_server(self._handler.handle, *self.ctx.config.listen)
+        self._choose_congestion_control(self._server)
         self.ctx.membership.beat(self._haves())
         self._gossiper = asyncio.get_running_loop().create_task(self._gossip_loop())
+
+    def _choose_congestion_control(self, server: asyncio.Server) -> None:
+        name = self.ctx.config.congestion_control
+        if name is None:
+            return
+        for listener in server.sockets:
+            refused = use_congestion_control(listener, name)
+            if refused:
+                print(
+                    f"peer {self.ctx.config.me}: TCP congestion control {name!r} refused "
+                    f"({refused}); uploads use the kernel's default",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                return
 
     async def stop(self) -> None:
         """Stop gossiping, fetching and serving; close every connection."""

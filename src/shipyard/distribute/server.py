@@ -26,6 +26,17 @@ KEEPALIVE = 20.0  # seconds an idle connection stays open for its next request
 Handler = Callable[[Header, asyncio.StreamWriter], Awaitable[None]]
 
 
+def use_congestion_control(listener: socket.socket, name: str) -> str | None:
+    """Set TCP congestion control `name` on a listening socket: every connection it accepts
+    afterwards inherits it. Returns why the kernel refused (an algorithm it lacks, or one this
+    user may not choose: see `net.ipv4.tcp_allowed_congestion_control`), or None."""
+    try:
+        listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_CONGESTION, name.encode())
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 class Throttle:
     """A token bucket: at most `rate` bytes per second, in bursts of a quarter second."""
 
