@@ -152,12 +152,15 @@ def make_artifact(work: Path, size_mib: int, piece_mib: float) -> tuple[Path, Ma
     return store, manifest
 
 
-def start_daemon(rig: Rig, host: Host, seeds: list[Host], origin: str, cc: str | None) -> None:
+def start_daemon(
+    rig: Rig, host: Host, seeds: list[Host], origin: str, congestion_control: str | None
+) -> None:
     host.starts += 1
+    congestion = ["--congestion-control", congestion_control] if congestion_control else []
     joined = ",".join(s.address for s in seeds)
     cmd = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen", host.address,
            "--seeds", joined, "--store", str(host.store), "--origin", origin,
-           "--no-fsync", *(["--congestion-control", cc] if cc else [])]  # fmt: skip
+           "--no-fsync", *congestion]  # fmt: skip
     host.proc = rig.spawn(host.ns, cmd, host.log)
 
 
