@@ -188,15 +188,19 @@ def metrics(host: Host) -> dict[str, float]:
 
 
 def cpu_seconds(proc: subprocess.Popen[bytes] | None) -> npt.NDArray[np.float64]:
-    """[user, system] CPU seconds a live process has used (`ip netns exec` execs, so the pid
-    is ours). System time includes the emulated network's packet work done in its syscalls."""
+    """[user, system] CPU seconds a live process has used, then the same for its main thread:
+    a daemon's event loop (its control plane), the rest being its transfer threads (`ip netns
+    exec` execs, so the pid is ours). System time includes the emulated network's packet work
+    done in its syscalls."""
     if proc is None:
-        return np.zeros(2)
+        return np.zeros(4)
+    stats = (f"/proc/{proc.pid}/stat", f"/proc/{proc.pid}/task/{proc.pid}/stat")
     try:
-        fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = [Path(stat).read_text().rsplit(")", 1)[1].split() for stat in stats]
     except FileNotFoundError:
-        return np.zeros(2)
-    return np.array([int(fields[11]), int(fields[12])]) / os.sysconf("SC_CLK_TCK")
+        return np.zeros(4)
+    ticks = [int(f[i]) for f in fields for i in (11, 12)]
+    return np.array(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_busy() -> tuple[int, int]:
@@ -377,7 +381,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     machine_busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
     counted = [h for h in hosts if h.starts == 1 and h.name not in run.dead]
     used = [cpu_seconds(h.proc) - idle_cpu[h.name] for h in counted]
-    daemon_cpu = np.mean(used, axis=0) if used else np.zeros(2)
+    daemon_cpu = np.mean(used, axis=0) if used else np.zeros(4)
     resumed = [(h.name, h.resumed_from, metrics(h)) for h in hosts if h.resumed_from is not None]
     refetched = sum(
         int(m.get('shipyard_peer_pieces_received_total{source="peer"}', 0)
@@ -424,8 +428,9 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "requests_served_per_host": served,
         "load_avg_1m": round(os.getloadavg()[0], 2),
         "machine_cpu_busy": round(machine_busy, 3),
-        "swarm_cpu_s_per_host": round(float(daemon_cpu.sum()), 2),
+        "swarm_cpu_s_per_host": round(float(daemon_cpu[:2].sum()), 2),
         "swarm_cpu_user_s_per_host": round(float(daemon_cpu[0]), 2),
+        "swarm_cpu_loop_s_per_host": round(float(daemon_cpu[2:].sum()), 2),
         **link_use,
     }
     say(f"swarm done in {t_swarm:.1f} s; origin sent {origin_bytes / size:.2f} x S")
