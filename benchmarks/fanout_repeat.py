@@ -9,7 +9,7 @@ gone before the next one starts (needs root, as `fanout.py` does). The first run
 
 Last line: one JSON object: value = the median of the runs' T_shipyard / (S/B), values = every
 run's, baseline = the first run's T_origin / (S/B), ratio = baseline / value, and the medians of
-the runs' origin bytes, machine CPU busy share and daemon CPU per host.
+the runs' origin bytes, machine CPU busy share, daemon CPU per host and its event-loop part.
 """
 
 import argparse
@@ -21,7 +21,12 @@ import time
 from pathlib import Path
 
 FANOUT = Path(__file__).with_name("fanout.py")
-MEDIANS = ("origin_bytes_ratio", "machine_cpu_busy", "swarm_cpu_s_per_host")
+MEDIANS = (
+    "origin_bytes_ratio",
+    "machine_cpu_busy",
+    "swarm_cpu_s_per_host",
+    "swarm_cpu_loop_s_per_host",
+)
 
 
 def main() -> None:
