@@ -20,6 +20,7 @@ import numpy.typing as npt
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
 from shipyard.distribute.membership import HaveMap, encode_bits
+from shipyard.distribute.news import HaveNews
 from shipyard.distribute.picker import (
     Availability,
     choose_peer,
@@ -29,7 +30,7 @@ from shipyard.distribute.picker import (
 )
 from shipyard.distribute.relay import RelayPlan
 from shipyard.distribute.transfer import LaneReset, PieceCall, Transfer
-from shipyard.distribute.wire import Header, PeerBusy, PeerGone, request
+from shipyard.distribute.wire import Header, PeerBusy, PeerGone
 from shipyard.errors import IntegrityError, ShipyardError
 from shipyard.store import Manifest
 from shipyard.store.pieces import piece_key
@@ -63,7 +64,7 @@ class Holding:
     # When each missing piece was first seen held by some peer (inf: not yet): the relay
     # patience runs from then.
     _seen_at: npt.NDArray[np.float64] = field(init=False)
-    _notices: set["asyncio.Task[None]"] = field(default_factory=set)
+    _news: HaveNews = field(init=False)
     _runner: "asyncio.Task[None] | None" = None
 
     def __post_init__(self) -> None:
@@ -73,6 +74,7 @@ class Holding:
                 self.sizes.setdefault(ref.hash, ref.size)
         self.hashes = list(self.sizes)
         self._seen_at = np.full(len(self.hashes), np.inf)
+        self._news = HaveNews(self.ctx, self._have_notice)
 
     # What this peer holds and wants
 
@@ -117,7 +119,7 @@ class Holding:
 
     async def stop(self) -> None:
         """Cancel the fetch loop and every transfer in flight (their pieces stay missing)."""
-        tasks = [t.task for ts in self.inflight.values() for t in ts] + list(self._notices)
+        tasks = [t.task for ts in self.inflight.values() for t in ts] + list(self._news.tasks)
         if self._runner:
             tasks.append(self._runner)
         for task in tasks:
@@ -369,27 +371,16 @@ class Holding:
         self._update_gauges()
 
     def _tell_downstream(self) -> None:
-        """Tell the downstream peers at once that a piece is here, rather than leaving them to
-        hear of it at the next gossip round."""
-        if self._relay is None:
-            return
-        header = {
+        if self._relay is not None:
+            self._news.tell(self._relay[1].downstream)
+
+    def _have_notice(self) -> Header:
+        return {
             "op": "have",
             "artifact": self.artifact,
             "from": self.ctx.membership.me,
             "have": encode_bits(self.held),
         }
-        for child in self._relay[1].downstream:
-            task = asyncio.get_running_loop().create_task(self._notify(child, header))
-            self._notices.add(task)
-            task.add_done_callback(self._notices.discard)
-
-    async def _notify(self, child: str, header: Header) -> None:
-        cfg = self.ctx.config
-        with contextlib.suppress(ShipyardError):  # a child that misses it falls back on gossip
-            await request(
-                parse_address(child), header, cfg.connect_timeout, cfg.idle_timeout, self.ctx.pool
-            )
 
     def _update_gauges(self) -> None:
         held = (self._wanted_bits & self.held).bit_count()
