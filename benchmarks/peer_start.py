@@ -7,10 +7,14 @@ every restart (`fanout.py --chaos` reports the same time under load in its `even
 the median seconds from starting `shipyard peer serve` (empty store, no seeds) to its `listening`
 line; `baseline` the same for a bare Python process that imports asyncio and listens on a TCP
 port, the interpreter's own floor; `ratio` = value / baseline. The two alternate, run by run.
+`cpu_s` and `baseline_cpu_s` are the median CPU seconds (user and system) each process used by
+then: on a busy host, where a restarted daemon gets a small share of the cores, that is what
+sets its start-up time.
 """
 
 import argparse
 import json
+import os
 import socket
 import statistics
 import subprocess
@@ -36,15 +40,18 @@ def free_port() -> int:
         return port
 
 
-def time_to_listening(cmd: list[str]) -> float:
-    """Seconds from starting `cmd` to the first stderr line that says it is listening."""
+def time_to_listening(cmd: list[str]) -> tuple[float, float]:
+    """Seconds from starting `cmd` to the first stderr line that says it is listening, and the
+    CPU seconds it had used by then."""
     started = time.perf_counter()
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         assert proc.stderr is not None
         for line in proc.stderr:
             if "listening" in line:
-                return time.perf_counter() - started
+                wall = time.perf_counter() - started
+                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+                return wall, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         raise SystemExit(f"{cmd[:4]} exited ({proc.wait()}) without listening")
     finally:
         proc.kill()
@@ -63,8 +70,12 @@ def main() -> None:
                      f"127.0.0.1:{free_port()}", "--store", str(store), "--no-fsync"]  # fmt: skip
             shipyard.append(time_to_listening(serve))
             bare.append(time_to_listening([sys.executable, "-c", BARE, str(free_port())]))
-    value, baseline = statistics.median(shipyard), statistics.median(bare)
-    print(f"shipyard peer serve: {value:.3f} s; bare asyncio listener: {baseline:.3f} s")
+    value, baseline = (statistics.median(wall for wall, _ in runs) for runs in (shipyard, bare))
+    cpu, baseline_cpu = (statistics.median(cpu for _, cpu in runs) for runs in (shipyard, bare))
+    print(
+        f"shipyard peer serve: {value:.3f} s ({cpu:.2f} s CPU); "
+        f"bare asyncio listener: {baseline:.3f} s ({baseline_cpu:.2f} s CPU)"
+    )
     print(
         json.dumps(
             {
@@ -73,9 +84,11 @@ def main() -> None:
                 "unit": "s",
                 "baseline": round(baseline, 3),
                 "ratio": round(value / baseline, 2),
+                "cpu_s": round(cpu, 3),
+                "baseline_cpu_s": round(baseline_cpu, 3),
                 "runs": args.runs,
-                "values": [round(v, 3) for v in shipyard],
-                "baseline_values": [round(v, 3) for v in bare],
+                "values": [round(wall, 3) for wall, _ in shipyard],
+                "baseline_values": [round(wall, 3) for wall, _ in bare],
             }
         )
     )
