@@ -41,8 +41,8 @@ def test_each_command_is_registered_by_the_module_the_table_names() -> None:
 
 
 def test_the_peer_command_loads_numpy_without_blas_threads() -> None:
-    """A BLAS thread per core, started as numpy is imported, was 40% of the daemon's start-up
-    CPU; the daemon does no linear algebra."""
+    """A BLAS thread per core, started as numpy is imported, was a third of the daemon's
+    start-up CPU; the daemon does no linear algebra."""
     probe = (
         "import os, sys\n"
         "from shipyard.cli.main import build_parser\n"

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 # Before numpy loads: neither the daemon nor `pull` does linear algebra, and numpy's BLAS would
-# otherwise start a thread per core as it is imported, 40% of the daemon's start-up CPU.
+# otherwise start a thread per core as it is imported: a third of the daemon's start-up CPU.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from shipyard.cli.progress import held_progress, stderr

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from shipyard.errors import ShipyardError
 
 # The module that registers each command. Running a command imports only its module (`--help`
-# imports them all), so no command pays for the others' imports: that halved the CPU a peer
-# daemon needs to start, which a restarted host pays on a busy machine before it can rejoin.
+# imports them all), so no command pays for the others' imports: a tenth of the CPU a peer daemon
+# needs to start, which a restarted host pays on a busy machine before it can rejoin.
 COMMANDS = {
     "artifact": "shipyard.cli.artifact",
     "gc": "shipyard.cli.artifact",
