@@ -33,6 +33,7 @@ from fanout_aria2 import aria2_swarm
 from fanout_aria2 import available as aria2_available
 from fanout_links import LinkMeter
 from fanout_rig import Rig
+from proc_cpu import cpu_seconds as proc_cpu_seconds
 from shipyard.distribute import DaemonConfig
 from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 
@@ -196,11 +197,9 @@ def cpu_seconds(proc: subprocess.Popen[bytes] | None) -> npt.NDArray[np.float64]
         return np.zeros(4)
     stats = (f"/proc/{proc.pid}/stat", f"/proc/{proc.pid}/task/{proc.pid}/stat")
     try:
-        fields = [Path(stat).read_text().rsplit(")", 1)[1].split() for stat in stats]
+        return np.array([seconds for stat in stats for seconds in proc_cpu_seconds(stat)])
     except FileNotFoundError:
         return np.zeros(4)
-    ticks = [int(f[i]) for f in fields for i in (11, 12)]
-    return np.array(ticks) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_busy() -> tuple[int, int]:

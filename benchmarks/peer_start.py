@@ -14,7 +14,6 @@ sets its start-up time.
 
 import argparse
 import json
-import os
 import socket
 import statistics
 import subprocess
@@ -22,6 +21,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from proc_cpu import cpu_seconds
 
 BARE = """
 import asyncio, sys
@@ -50,8 +51,7 @@ def time_to_listening(cmd: list[str]) -> tuple[float, float]:
         for line in proc.stderr:
             if "listening" in line:
                 wall = time.perf_counter() - started
-                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                return wall, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+                return wall, sum(cpu_seconds(f"/proc/{proc.pid}/stat"))
         raise SystemExit(f"{cmd[:4]} exited ({proc.wait()}) without listening")
     finally:
         proc.kill()
