@@ -133,6 +133,35 @@ def test_a_killed_host_resumes_from_its_verified_pieces(
     assert (out / "blob.bin").read_bytes() == (tmp_path / "src/blob.bin").read_bytes()
 
 
+def test_a_restarted_daemon_finishes_its_fetch_with_nobody_asking_again(
+    cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
+) -> None:
+    """The pull that asked is gone too: the daemon finds the want in its store and carries on
+    from its verified pieces, then drops the record."""
+    store, manifest = origin
+    seeder = cluster.seeder("seed", [], store, "--upload-limit-mbit", "16")
+    seeder.start()
+    host = cluster.peer("host", [seeder.address]).start()
+    cli = [sys.executable, "-m", "shipyard.cli.main", "pull", manifest.id, "--peer", host.address]
+    puller = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: len(host.pieces_on_disk()) >= 8)
+    puller.kill()
+    host.kill()
+    before = host.pieces_on_disk()
+    total = len({p.hash for f in manifest.files for p in f.pieces})
+    assert 8 <= len(before) < total
+    record = host.store / "wants" / manifest.id
+    assert record.exists()
+
+    host.start()
+    wait_until(lambda: len(host.pieces_on_disk()) == total)
+    wait_until(lambda: not record.exists())
+    metrics = host.metrics()
+    assert metrics["shipyard_peer_pieces_resumed_total"] == len(before)
+    assert metrics['shipyard_peer_pieces_received_total{source="peer"}'] == total - len(before)
+    assert "pieces to go" in host.log.read_text()
+
+
 def test_a_pull_whose_daemon_stays_down_fails_naming_it(
     cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
 ) -> None:

@@ -18,6 +18,7 @@ from shipyard.distribute.holding import Holding
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.origin import open_origin
 from shipyard.distribute.server import Server, use_congestion_control
+from shipyard.distribute.wants import Wanted, WantLog
 from shipyard.distribute.wire import Header, PeerGone, PeerUnavailable, request
 from shipyard.errors import IntegrityError, InvalidInput, NotFound, ShipyardError
 from shipyard.store import LocalBackend, Manifest, PieceStore, open_backend
@@ -49,6 +50,9 @@ class PeerDaemon:
             origin=open_origin(config.origin) if config.origin else None,
         )
         self.holdings: dict[str, Holding] = {}
+        self.wants = WantLog(self.ctx.store.backend)
+        self._wants_written = asyncio.Lock()  # records written in the order of the news
+        self._writes: set[asyncio.Task[None]] = set()
         # Sent with fetch and status replies: a client that sees it change knows the daemon
         # restarted since it asked, and has forgotten what it was asked to fetch.
         self.boot = secrets.token_hex(8)
@@ -59,7 +63,8 @@ class PeerDaemon:
         self._exchanges: dict[str, asyncio.Task[None]] = {}  # gossip still open, per member
 
     async def start(self) -> None:
-        """Adopt every complete or partial artifact in the store, listen, and start gossiping."""
+        """Adopt every complete or partial artifact in the store, listen, start gossiping, and
+        carry on with the fetches a previous run of this daemon had not finished."""
         for artifact in await asyncio.to_thread(lambda: list(self.ctx.store.manifest_ids())):
             with contextlib.suppress(ShipyardError):
                 manifest = await asyncio.to_thread(self.ctx.store.get_manifest, artifact)
@@ -75,6 +80,18 @@ class PeerDaemon:
         self._choose_congestion_control(self._server)
         self.ctx.membership.beat(self._haves())
         self._gossiper = asyncio.get_running_loop().create_task(self._gossip_loop())
+        await self._resume_wants()
+
+    async def _resume_wants(self) -> None:
+        for artifact, pieces in (await asyncio.to_thread(self.wants.pending)).items():
+            holding = self.holdings.get(artifact)
+            if holding is None:  # its manifest was removed from the store: so is the want
+                await asyncio.to_thread(self.wants.clear, artifact)
+                continue
+            await self._fetch(holding, pieces)
+            if missing := len(holding.missing()):
+                me = self.ctx.config.me
+                print(f"peer {me}: resuming {artifact[:12]}, {missing} pieces to go", flush=True)
 
     def _choose_congestion_control(self, server: asyncio.Server) -> None:
         name = self.ctx.config.congestion_control
@@ -108,7 +125,7 @@ class PeerDaemon:
     # Artifacts
 
     async def _adopt(self, artifact: str, manifest: Manifest) -> Holding:
-        holding = Holding(artifact, manifest, self.ctx)
+        holding = Holding(artifact, manifest, self.ctx, on_done=self._note_wants)
         held = await asyncio.to_thread(holding.scan_disk)
         holding.full = held == len(holding.hashes)
         self.ctx.metrics.inc("shipyard_peer_pieces_resumed_total", held)
@@ -182,11 +199,35 @@ class PeerDaemon:
         if pieces is not None and not isinstance(pieces, list):
             raise InvalidInput("fetch: 'pieces' must be a list of piece hashes or null")
         holding = await self.holding(artifact)
+        await self._fetch(holding, pieces)
+        body = holding.manifest.canonical_bytes()
+        return {"ok": True, "boot": self.boot, "body": body}
+
+    async def _fetch(self, holding: Holding, pieces: Wanted) -> None:
+        """Want `pieces` (None: all) too, and keep the want on disk until it is met."""
         holding.want(pieces)
         if self.ctx.origin is not None and holding.missing():  # origin requests follow soon
             self.ctx.transfers.submit(self.ctx.origin.warm)
-        body = holding.manifest.canonical_bytes()
-        return {"ok": True, "boot": self.boot, "body": body}
+        await self._write_wants(holding)
+
+    def _note_wants(self, holding: Holding) -> None:
+        task = asyncio.get_running_loop().create_task(self._write_wants(holding))
+        self._writes.add(task)  # the loop keeps only a weak reference
+        task.add_done_callback(self._writes.discard)
+
+    async def _write_wants(self, holding: Holding) -> None:
+        """Record what `holding` still wants, or clear its record once nothing is missing.
+        Written one at a time, each from the state at its turn, so the last word is current.
+        A record that cannot be written costs only the resume: the fetch goes on."""
+        async with self._wants_written:
+            wanted = None if holding.full else [holding.hashes[i] for i in holding.wanted]
+            try:
+                if holding.missing():
+                    await asyncio.to_thread(self.wants.record, holding.artifact, wanted)
+                else:
+                    await asyncio.to_thread(self.wants.clear, holding.artifact)
+            except (ShipyardError, OSError) as exc:
+                print(f"peer {self.ctx.config.me}: want record: {exc}", file=sys.stderr, flush=True)
 
     async def _on_status(self, header: Header) -> dict[str, Any]:
         artifact = _artifact_id(header.get("artifact"))

@@ -58,6 +58,7 @@ class Holding:
     inflight: dict[int, list[Transfer]] = field(default_factory=dict)
     origin_after: float = 0.0
     presume_all_until: float = 0.0  # until then every live member counts as wanting it all
+    on_done: Callable[["Holding"], None] | None = None  # called once every wanted piece is held
     _wanted_bits: int = 0
     _relay: tuple[tuple[str, ...], RelayPlan] | None = None
     _avail: tuple[tuple[int, int, int], Availability] | None = None
@@ -162,6 +163,8 @@ class Holding:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(TICK):
                     await self.ctx.changed.wait()
+        if self.on_done:
+            self.on_done(self)
 
     def _availability(self) -> Availability:
         """Who holds what, rebuilt only when that news changed, or (for members that fell
