@@ -20,6 +20,8 @@ def test_config_refuses_nonsense_limits() -> None:
         DaemonConfig(listen=("127.0.0.1", 1), store="/tmp/x", max_inflight=0)
     with pytest.raises(InvalidInput, match="dead_after"):
         DaemonConfig(listen=("127.0.0.1", 1), store="/tmp/x", dead_after=0)
+    with pytest.raises(InvalidInput, match=r"origin_gateways must be 0 \(all\) or more, got -1"):
+        DaemonConfig(listen=("127.0.0.1", 1), store="/tmp/x", origin_gateways=-1)
     with pytest.raises(InvalidInput, match="advertise"):
         DaemonConfig(listen=("0.0.0.0", 7000), store="/tmp/x")
     config = DaemonConfig(listen=("0.0.0.0", 7000), store="/tmp/x", advertise=("10.0.0.5", 7000))

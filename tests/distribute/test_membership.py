@@ -86,6 +86,28 @@ def test_backups_are_other_members_with_bounded_loads() -> None:
     assert max(loads) <= 16 + 2  # the share, 256 / 16, or a little over for the last pieces
 
 
+def test_only_the_gateways_own_or_back_up_and_a_leaving_one_is_replaced() -> None:
+    members = [f"h{i}:1" for i in range(32)]
+    hashes = [f"{i:064x}" for i in range(256)]
+    plans = {m: RelayPlan(hashes, members, m, degree=4, owners=1, gateways=8) for m in members}
+    gateways = {m for m, plan in plans.items() if plan.owned}
+    assert len(gateways) == 8
+    assert {len(plans[m].owned) for m in gateways} == {32}  # 256 pieces over 8, bounded
+    assert {m for m, plan in plans.items() if plan.backed_mask.any()} == gateways
+    # Every member works the gateways out alike; one that leaves is replaced by another member,
+    # and the other gateways keep most of their pieces.
+    gone = sorted(gateways)[0]
+    before = owner_lists(hashes, members, 1, gateways=8)
+    after = owner_lists(hashes, [m for m in members if m != gone], 1, gateways=8)
+    assert len({o[0] for o in after}) == 8 and gone not in {o[0] for o in after}
+    assert len({o[0] for o in after} - gateways) == 1
+    kept = sum(b == a for b, a in zip(before, after, strict=True) if b[0] != gone)
+    assert kept >= 0.8 * (256 - 32)
+    # 0, or as many gateways as members or more: every member is one.
+    for count in (0, 32, 40):
+        assert len({o[0] for o in owner_lists(hashes, members, 1, gateways=count)}) == 32
+
+
 def test_a_backup_takes_the_far_end_of_a_slower_owners_list() -> None:
     members = ["a:1", "b:1", "c:1", "d:1"]
     hashes = [f"{i:064x}" for i in range(64)]

@@ -35,6 +35,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="piece requests open at once, queued ones included",
     )
     serve.add_argument(
+        "--origin-gateways",
+        type=int,
+        default=DaemonConfig.origin_gateways,
+        metavar="N",
+        help="members that fetch an artifact from the origin (default: %(default)s; 0: all)",
+    )
+    serve.add_argument(
         "--congestion-control",
         default=DaemonConfig.congestion_control,
         metavar="NAME",
@@ -61,6 +68,7 @@ def _serve(args: argparse.Namespace) -> int:
         origin=args.origin,
         fsync=not args.no_fsync,
         max_inflight=args.max_inflight,
+        origin_gateways=args.origin_gateways,
         upload_limit_bps=args.upload_limit_mbit * 125_000 if args.upload_limit_mbit else None,
         congestion_control=None if args.congestion_control == "kernel" else args.congestion_control,
     )

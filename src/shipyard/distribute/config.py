@@ -45,6 +45,9 @@ class DaemonConfig:
     origin_inflight: int = 1
     upload_slots: int = 4
     origin_replicas: int = 1
+    # Members an artifact enters the swarm through: only these fetch it from the origin (0: all).
+    # Fewer flows share the origin's link, so each piece crosses it sooner (see `relay`).
+    origin_gateways: int = 8
     mesh_degree: int = 4  # upstream peers, each with a lane of requests; as many downstream
     relay_patience: float = 2.0
     upload_limit_bps: float | None = None
@@ -80,6 +83,10 @@ class DaemonConfig:
         for name, count in counts.items():
             if count < 1:
                 raise InvalidInput(f"{name} must be at least 1, got {count}")
+        if self.origin_gateways < 0:
+            raise InvalidInput(
+                f"origin_gateways must be 0 (all) or more, got {self.origin_gateways}"
+            )
         algorithm = self.congestion_control
         if algorithm is not None and not re.fullmatch(r"[a-z0-9_]{1,15}", algorithm):
             raise InvalidInput(

@@ -256,9 +256,8 @@ class Holding:
         members = tuple(sorted({*wanting, membership.me}))
         if self._relay is None or self._relay[0] != members:
             cfg = self.ctx.config
-            plan = RelayPlan(
-                self.hashes, members, membership.me, cfg.mesh_degree, cfg.origin_replicas
-            )
+            shape = (cfg.mesh_degree, cfg.origin_replicas, cfg.origin_gateways)
+            plan = RelayPlan(self.hashes, members, membership.me, *shape)
             self._relay = (members, plan)
         return self._relay[1]
 

@@ -15,14 +15,23 @@ random choices pile transfers onto some uplinks while others idle.
 **Origin owners.** Each piece has `owners` members (default 1) that alone may fetch it from the
 origin, which bounds origin bytes to about one copy. They are chosen by rendezvous hashing with
 bounded loads: in piece order, a piece goes to its highest-scoring members (hash of member and
-piece) that do not already own their share, ⌈pieces × owners / members⌉. Plain rendezvous
+piece) that do not already own their share, ⌈pieces × owners / gateways⌉ (below). Plain rendezvous
 hashing gave owners from about 0.4 to 1.5 times the mean (256 pieces, 16 members); the owners
 with the most pieces then fetched alone at the end, each through a downlink shared with peer
 traffic, and the origin's link fell idle for seconds. When a member leaves, its pieces move to
 others, and a few pieces move between the others to keep the loads bounded (2% of 1,000 pieces
 at 16 or 32 members, 10% at 100).
 
-**Backups.** Each piece also has a backup: among the other members, by the same bounded-load
+**Gateways.** Only a few members per artifact, its gateways (`origin_gateways`, 8), own pieces
+at all: the members scoring highest for the artifact's first piece. Each owner keeps one origin
+request open, so the origin's link is shared by as many flows as there are owners, and every
+piece takes that many piece-times to cross it: with all 32 members owning, 32 first pieces came
+out together 2.8 s after the start, and every later piece reached the swarm as late. Eight
+gateways cut that to eight piece-times, and each gateway's origin flow stays a small share of
+its own downlink, which also carries its peer traffic. (Four, in a 16-member swarm, each
+needing a quarter of its downlink for the origin, were slower than all 16: see the history.)
+
+**Backups.** Each piece also has a backup: among the other gateways, by the same bounded-load
 rendezvous hashing. A member whose own origin pieces are all out fetches, one at a time, a piece
 it backs up from the far end of a slower owner's list, while the owner works through the front.
 Owners do fall behind: on the benchmark's rig, an owner whose first origin request met an already
@@ -72,27 +81,44 @@ def mesh_offsets(members: int, degree: int) -> list[int]:
     return offsets
 
 
-def owner_lists(hashes: Sequence[str], members: Sequence[str], owners: int) -> list[list[str]]:
+def owner_lists(
+    hashes: Sequence[str], members: Sequence[str], owners: int, gateways: int = 0
+) -> list[list[str]]:
     """Per piece, its origin owners, highest score first: rendezvous hashing with bounded loads."""
-    return [[members[i] for i in chosen] for chosen in _deal(hashes, members, owners)[0]]
+    dealt = _deal(hashes, members, owners, gateways)[0]
+    return [[members[i] for i in chosen] for chosen in dealt]
+
+
+def gateway_mask(
+    hashes: Sequence[str], keys: npt.NDArray[np.uint64], gateways: int
+) -> npt.NDArray[np.bool_]:
+    """Which members may fetch the artifact from the origin: the `gateways` best-scoring ones
+    for its first piece (all of them when `gateways` is 0 or at least their number)."""
+    mask = np.ones(len(keys), dtype=bool)
+    if 0 < gateways < len(keys) and hashes:
+        mask[:] = False
+        mask[np.argsort(_scores(keys, _key(hashes[0])))[::-1][:gateways]] = True
+    return mask
 
 
 def _deal(
-    hashes: Sequence[str], members: Sequence[str], owners: int
+    hashes: Sequence[str], members: Sequence[str], owners: int, gateways: int
 ) -> tuple[list[list[int]], list[int | None]]:
-    """Per piece, the indexes of its `owners` members, highest score first, and of its backup,
-    the best-scoring other member: neither owners nor backups taking more than their share
-    of all pieces (rendezvous hashing with bounded loads). No backup with a single member."""
+    """Per piece, the indexes of its `owners` gateways, highest score first, and of its backup,
+    the best-scoring other gateway: neither owners nor backups taking more than their share
+    of all pieces (rendezvous hashing with bounded loads). No backup with a single gateway."""
     keys = np.array([_key(m) for m in members], dtype=np.uint64)
-    count = min(owners, len(members))
-    owner_share = -(-len(hashes) * count // max(1, len(members)))
-    backup_share = -(-len(hashes) // max(1, len(members)))
+    eligible = gateway_mask(hashes, keys, gateways)
+    count = min(owners, int(eligible.sum()))
+    owner_share = -(-len(hashes) * count // max(1, int(eligible.sum())))
+    backup_share = -(-len(hashes) // max(1, int(eligible.sum())))
     owned = np.zeros(len(members), dtype=np.int64)
     backed = np.zeros(len(members), dtype=np.int64)
-    others = np.ones(len(members), dtype=bool)
+    others = eligible.copy()
     dealt, backups = [], []
     for piece_hash in hashes:
         ranked = np.argsort(_scores(keys, _key(piece_hash)))[::-1]
+        ranked = ranked[eligible[ranked]]
         chosen = _bounded(ranked, owned, owner_share, count)
         others[chosen] = False
         backup = _bounded(ranked[others[ranked]], backed, backup_share, 1)
@@ -118,14 +144,20 @@ class RelayPlan:
     as a mask over all pieces, for the scheduler's per-round array work) and those it backs up."""
 
     def __init__(
-        self, hashes: Sequence[str], members: Sequence[str], me: str, degree: int, owners: int
+        self,
+        hashes: Sequence[str],
+        members: Sequence[str],
+        me: str,
+        degree: int,
+        owners: int,
+        gateways: int = 0,
     ) -> None:
         ring = sorted(members, key=_key)
         mine = ring.index(me)
         offsets = mesh_offsets(len(ring), degree)
         self.upstream = [ring[(mine + d) % len(ring)] for d in offsets]
         self.downstream = [ring[(mine - d) % len(ring)] for d in offsets]
-        owners_of, backups = _deal(hashes, members, owners)
+        owners_of, backups = _deal(hashes, members, owners, gateways)
         mine_at = members.index(me)
         self.owned = {i for i, chosen in enumerate(owners_of) if mine_at in chosen}
         self.owned_mask = np.zeros(len(hashes), dtype=bool)
