@@ -15,17 +15,20 @@ from shipyard.cli.main import COMMANDS, build_parser
 HEAVY = ("rich", "pyarrow", "duckdb", "tokenizers", "torch", "shipyard.data", "shipyard.train")
 
 
-def test_building_the_parser_imports_no_heavy_package() -> None:
+def loaded_by(command: str | None) -> set[str]:
+    """The modules loaded by building the parser for `command` (None: every command)."""
     probe = (
         "import sys\n"
         "from shipyard.cli.main import build_parser\n"
-        "build_parser()\n"
+        f"build_parser({command!r})\n"
         "print('\\n'.join(sys.modules))\n"
     )
-    loaded = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
-    ).stdout.split()
-    heavy = [m for m in loaded if any(m == h or m.startswith(h + ".") for h in HEAVY)]
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    return set(out.stdout.split())
+
+
+def test_building_the_parser_imports_no_heavy_package() -> None:
+    heavy = [m for m in loaded_by(None) if any(m == h or m.startswith(h + ".") for h in HEAVY)]
     assert heavy == []
 
 
@@ -38,6 +41,16 @@ def test_each_command_is_registered_by_the_module_the_table_names() -> None:
     assert commands_of(build_parser()) == set(COMMANDS)
     for command in COMMANDS:
         assert command in commands_of(build_parser(command))
+
+
+def test_the_daemon_and_the_pull_client_load_apart() -> None:
+    """A restarting daemon pays for neither the pull client nor the catalog it resolves aliases
+    in; a pull pays for neither the daemon nor numpy."""
+    peer, pull = loaded_by("peer"), loaded_by("pull")
+    assert "shipyard.distribute.daemon" in peer
+    assert not peer & {"shipyard.distribute.client", "shipyard.workspace", "shipyard.catalog"}
+    assert "shipyard.distribute.client" in pull
+    assert not pull & {"shipyard.distribute.daemon", "numpy"}
 
 
 def test_the_peer_command_loads_numpy_without_blas_threads() -> None:

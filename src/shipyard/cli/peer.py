@@ -1,18 +1,15 @@
-"""`shipyard peer serve` (the per-host daemon) and `shipyard pull` (fetch through it)."""
+"""`shipyard peer serve`: the per-host distribution daemon."""
 
 import argparse
 import os
 import sys
-from pathlib import Path
 
-# Before numpy loads: neither the daemon nor `pull` does linear algebra, and numpy's BLAS would
-# otherwise start a thread per core as it is imported: a third of the daemon's start-up CPU.
+# Before numpy loads: the daemon does no linear algebra, and numpy's BLAS would otherwise start a
+# thread per core as it is imported: a third of the daemon's start-up CPU.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from shipyard.cli.progress import held_progress, stderr
-from shipyard.distribute import DaemonConfig, parse_address, pull, run_daemon
-from shipyard.errors import InvalidInput
-from shipyard.workspace import Workspace
+from shipyard.distribute.config import DaemonConfig, parse_address
+from shipyard.distribute.daemon import run_daemon
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -49,14 +46,6 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     serve.set_defaults(func=_serve)
 
-    get = subparsers.add_parser("pull", help="fetch an artifact through a peer daemon")
-    get.add_argument("ref", help="artifact id (or an alias in the local catalog)")
-    get.add_argument("--peer", required=True, metavar="HOST:PORT", help="the daemon to ask")
-    get.add_argument("--dest", type=Path, help="also write the files here")
-    get.add_argument("--tensors", metavar="PATTERN", help="only tensors matching this glob")
-    get.add_argument("--stall-timeout", type=float, default=120.0, metavar="SECONDS")
-    get.set_defaults(func=_pull)
-
 
 def _serve(args: argparse.Namespace) -> int:
     seeds = tuple(parse_address(s, "--seeds entry") for s in args.seeds.split(",") if s.strip())
@@ -75,35 +64,4 @@ def _serve(args: argparse.Namespace) -> int:
     run_daemon(
         config, ready=lambda: print(f"peer {config.me} listening", file=sys.stderr, flush=True)
     )
-    return 0
-
-
-def _resolve(ref: str) -> str:
-    if len(ref) == 64 and all(c in "0123456789abcdef" for c in ref):
-        return ref
-    ws = Workspace.open()
-    try:
-        return ws.resolve(ref)
-    finally:
-        ws.close()
-
-
-def _pull(args: argparse.Namespace) -> int:
-    if args.stall_timeout <= 0:
-        raise InvalidInput("--stall-timeout must be positive")
-    artifact = _resolve(args.ref)
-    with held_progress(f"pull {artifact[:12]}") as progress:
-        result = pull(
-            parse_address(args.peer, "--peer"),
-            artifact,
-            dest=args.dest,
-            tensors=args.tensors,
-            progress=progress,
-            stall_timeout=args.stall_timeout,
-        )
-    stderr().print(
-        f"pulled {result.pieces} pieces ({result.wanted_bytes:,} bytes): "
-        f"{result.bytes_from_peers:,} from peers, {result.bytes_from_origin:,} from the origin"
-    )
-    print(artifact)
     return 0
