@@ -109,9 +109,10 @@ def _deal(
     of all pieces (rendezvous hashing with bounded loads). No backup with a single gateway."""
     keys = np.array([_key(m) for m in members], dtype=np.uint64)
     eligible = gateway_mask(hashes, keys, gateways)
-    count = min(owners, int(eligible.sum()))
-    owner_share = -(-len(hashes) * count // max(1, int(eligible.sum())))
-    backup_share = -(-len(hashes) // max(1, int(eligible.sum())))
+    eligible_count = max(1, int(eligible.sum()))
+    count = min(owners, eligible_count)
+    owner_share = -(-len(hashes) * count // eligible_count)
+    backup_share = -(-len(hashes) // eligible_count)
     owned = np.zeros(len(members), dtype=np.int64)
     backed = np.zeros(len(members), dtype=np.int64)
     others = eligible.copy()
