@@ -88,7 +88,7 @@ class PeerDaemon:
             if holding is None:  # its manifest was removed from the store: so is the want
                 await asyncio.to_thread(self.wants.clear, artifact)
                 continue
-            await self._fetch(holding, pieces)
+            self._want(holding, pieces)  # its record is already on disk, as it should stay
             if missing := len(holding.missing()):
                 me = self.ctx.config.me
                 print(f"peer {me}: resuming {artifact[:12]}, {missing} pieces to go", flush=True)
@@ -199,16 +199,16 @@ class PeerDaemon:
         if pieces is not None and not isinstance(pieces, list):
             raise InvalidInput("fetch: 'pieces' must be a list of piece hashes or null")
         holding = await self.holding(artifact)
-        await self._fetch(holding, pieces)
+        self._want(holding, pieces)
+        await self._write_wants(holding)  # before the reply: an acknowledged fetch is resumed
         body = holding.manifest.canonical_bytes()
         return {"ok": True, "boot": self.boot, "body": body}
 
-    async def _fetch(self, holding: Holding, pieces: Wanted) -> None:
-        """Want `pieces` (None: all) too, and keep the want on disk until it is met."""
+    def _want(self, holding: Holding, pieces: Wanted) -> None:
+        """Want `pieces` (None: all) too, and start fetching them."""
         holding.want(pieces)
         if self.ctx.origin is not None and holding.missing():  # origin requests follow soon
             self.ctx.transfers.submit(self.ctx.origin.warm)
-        await self._write_wants(holding)
 
     def _note_wants(self, holding: Holding) -> None:
         task = asyncio.get_running_loop().create_task(self._write_wants(holding))
@@ -220,9 +220,9 @@ class PeerDaemon:
         Written one at a time, each from the state at its turn, so the last word is current.
         A record that cannot be written costs only the resume: the fetch goes on."""
         async with self._wants_written:
-            wanted = None if holding.full else [holding.hashes[i] for i in holding.wanted]
             try:
                 if holding.missing():
+                    wanted = None if holding.full else [holding.hashes[i] for i in holding.wanted]
                     await asyncio.to_thread(self.wants.record, holding.artifact, wanted)
                 else:
                     await asyncio.to_thread(self.wants.clear, holding.artifact)

@@ -12,7 +12,6 @@ Layout: `wants/<artifact id>` holds `{"pieces": null}` (the whole artifact) or
 import json
 import sys
 
-from shipyard.errors import NotFound
 from shipyard.store.backend import Backend
 
 WANTS = "wants/"
@@ -40,7 +39,7 @@ class WantLog:
             artifact = info.key.removeprefix(WANTS)
             try:
                 wants[artifact] = _parse(self.backend.get(info.key))
-            except (ValueError, NotFound) as exc:
+            except ValueError as exc:
                 print(f"want record {info.key}: {exc}; not resumed", file=sys.stderr, flush=True)
         return wants
 
