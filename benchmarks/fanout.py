@@ -13,6 +13,7 @@ the origin's link sent (packet headers included) / S.
 """
 
 import argparse
+import fcntl
 import json
 import math
 import os
@@ -50,11 +51,17 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 handler = functools.partial(Handler, directory=sys.argv[3])
 Server((sys.argv[1], int(sys.argv[2])), handler).serve_forever()
 """
+# Asks one daemon to fetch the artifact. It connects, says it is ready, then blocks on a shared
+# lock of the start gate until the harness releases its exclusive one: every host is asked at the
+# same moment. (Started one by one, the triggers' own start-up spread the hosts' starts over 0.6 s
+# at 32 hosts, and the clock counted it against the swarm.)
 TRIGGER = """
-import json, socket, struct, sys
-host, port, artifact = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+import fcntl, json, socket, struct, sys
+host, port, artifact, gate = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 req = json.dumps({"op": "fetch", "artifact": artifact, "pieces": None}).encode()
-with socket.create_connection((host, port), timeout=120) as s:
+with socket.create_connection((host, port), timeout=120) as s, open(gate) as g:
+    print("trigger ready", flush=True)
+    fcntl.flock(g, fcntl.LOCK_SH)
     s.sendall(struct.pack(">I", len(req)) + req)
     n = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
     sys.exit(1 if json.loads(s.recv(n, socket.MSG_WAITALL)).get("error") else 0)
@@ -70,6 +77,7 @@ class Host:
     log: Path
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
+    triggers: int = 0
     resumed_from: int | None = None  # pieces on disk when it was restarted
     seen: set[str] = field(default_factory=set)  # pieces found in its store so far
 
@@ -173,9 +181,24 @@ def wait_listening(hosts: list[Host], deadline: float) -> None:
             time.sleep(0.1)
 
 
-def trigger(rig: Rig, host: Host, artifact: str) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable, "-S", "-c", TRIGGER, host.ip, str(PORT), artifact]
-    return rig.spawn(host.ns, cmd, host.log)
+def trigger_together(rig: Rig, hosts: list[Host], artifact: str, gate: Path) -> float:
+    """Ask every host in `hosts` to fetch `artifact` at one moment, and return that moment
+    (`time.monotonic()`): the triggers connect behind the closed gate, then it opens."""
+    with open(gate, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for host in hosts:
+            host.triggers += 1
+            cmd = [sys.executable, "-S", "-c", TRIGGER, host.ip, str(PORT), artifact, str(gate)]
+            rig.spawn(host.ns, cmd, host.log)
+        deadline = time.monotonic() + 60
+        for host in hosts:
+            while host.log.read_text().count("trigger ready") < host.triggers:
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"{host.name}'s trigger did not connect: {host.log}")
+                time.sleep(0.01)
+        opened = time.monotonic()
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    return opened
 
 
 def metrics(host: Host) -> dict[str, float]:
@@ -222,18 +245,17 @@ def origin_piece_bytes(log: Path, sizes: dict[str, int]) -> int:
 
 
 def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, origin_url: str,
-          origin: subprocess.Popen[bytes], started: float) -> float:  # fmt: skip
-    """Trigger every host, apply the chaos schedule, return seconds until all live hosts hold
-    every piece: until the last piece file was written (each lands in a store only after its
-    hash was verified), so the 0.2 s between polls does not count."""
+          origin: subprocess.Popen[bytes], gate: Path) -> float:  # fmt: skip
+    """Trigger every host, apply the chaos schedule, return seconds from the triggers until all
+    live hosts hold every piece: until the last piece file was written (each lands in a store
+    only after its hash was verified), so the 0.2 s between polls does not count."""
+    started = trigger_together(rig, run.hosts, manifest.id, gate)
     wall_started = time.time() - (time.monotonic() - started)
     rng = random.Random(args.seed)
     total = len(run.sizes)
     restart_at: tuple[float, list[Host]] | None = None
     chaos_done = origin_done = False
     last_report = 0.0
-    for host in run.hosts:
-        trigger(rig, host, manifest.id)
     while True:
         now = time.monotonic() - started
         held = {h.name: run.held(h) for h in run.hosts}
@@ -269,8 +291,7 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
                 run.dead.discard(host.name)
             wait_listening(restart_at[1], time.monotonic() + 60)
             listening = time.monotonic() - started - now
-            for host in restart_at[1]:
-                trigger(rig, host, manifest.id)
+            trigger_together(rig, restart_at[1], manifest.id, gate)
             names = [h.name for h in restart_at[1]]
             run.events.append(f"t={now:.1f}s restarted {names}, listening {listening:.1f} s later")
             restart_at = None
@@ -374,7 +395,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     idle_cpu = {h.name: cpu_seconds(h.proc) for h in hosts}  # start-up, before the clock
     busy_before = cpu_busy()
     links = LinkMeter(rig, sys.executable, work / "links.jsonl")
-    t_swarm = swarm(rig, args, manifest, run, origin_url, origin, time.monotonic())
+    t_swarm = swarm(rig, args, manifest, run, origin_url, origin, work / "start-gate")
     link_use = links.summary(args.rate_mbit, args.origin_rate_mbit, manifest.size)
     busy_after = cpu_busy()
     machine_busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
