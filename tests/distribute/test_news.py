@@ -7,9 +7,9 @@ from pathlib import Path
 
 from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.context import Context
-from shipyard.distribute.membership import Membership, decode_bits, encode_bits
+from shipyard.distribute.membership import Membership, decode_bits
 from shipyard.distribute.news import HaveNews
-from shipyard.distribute.wire import Header, encode, read_header
+from shipyard.distribute.wire import encode, read_header
 from shipyard.store import LocalBackend, PieceStore
 
 ANSWER_AFTER = 0.3  # seconds the peer below takes to answer each notice
@@ -45,11 +45,7 @@ async def _tell_in_bursts(tmp_path: Path) -> list[int]:
     store = PieceStore(LocalBackend(tmp_path / "store"))
     ctx = Context(config, store, Membership(config.me, [], config.dead_after), None)
     held = 0
-
-    def notice() -> Header:
-        return {"op": "have", "artifact": "a", "from": config.me, "have": encode_bits(held)}
-
-    news = HaveNews(ctx, notice)
+    news = HaveNews(ctx, "a", lambda: held)
     try:
         for piece in range(5):
             held |= 1 << piece

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from shipyard.distribute.config import Address
+from shipyard.distribute.config import Address, format_address
 from shipyard.distribute.tensors import covering, header_end, is_safetensors, select_pieces
 from shipyard.distribute.wire import Header, PeerUnavailable, request
 from shipyard.errors import IntegrityError, InvalidInput, StorageError
@@ -108,6 +108,12 @@ class _Puller:
             except PeerUnavailable as exc:
                 ask_again, problem = True, f"the daemon is unreachable ({exc})"
             if not ask_again:
+                if status.get("store_error"):
+                    raise StorageError(
+                        f"artifact {self.artifact}: the daemon at {format_address(self.daemon)} "
+                        f"stopped fetching it: {status['store_error']} (its verified pieces "
+                        "stay; pull again once there is room)"
+                    )
                 held, wanted = int(status["held_bytes"]), int(status["wanted_bytes"])
                 if self.progress:
                     self.progress(held, wanted)

@@ -9,6 +9,7 @@ moment (pipelining). Pieces already on disk at start are never fetched again (re
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from shipyard.distribute.picker import (
 from shipyard.distribute.relay import RelayPlan
 from shipyard.distribute.transfer import LaneReset, PieceCall, Transfer
 from shipyard.distribute.wire import Header, PeerBusy, PeerGone
-from shipyard.errors import IntegrityError, ShipyardError
+from shipyard.errors import IntegrityError, ShipyardError, StorageError
 from shipyard.store import Manifest
 from shipyard.store.pieces import piece_key
 
@@ -59,6 +60,8 @@ class Holding:
     origin_after: float = 0.0
     presume_all_until: float = 0.0  # until then every live member counts as wanting it all
     on_done: Callable[["Holding"], None] | None = None  # called once every wanted piece is held
+    # Why this peer's own store refused a piece (disk full, say): no fetching till the next want.
+    store_error: str | None = None
     _wanted_bits: int = 0
     _relay: tuple[tuple[str, ...], RelayPlan] | None = None
     _avail: tuple[tuple[int, int, int], Availability] | None = None
@@ -75,7 +78,7 @@ class Holding:
                 self.sizes.setdefault(ref.hash, ref.size)
         self.hashes = list(self.sizes)
         self._seen_at = np.full(len(self.hashes), np.inf)
-        self._news = HaveNews(self.ctx, self._have_notice)
+        self._news = HaveNews(self.ctx, self.artifact, lambda: self.held)
 
     # What this peer holds and wants
 
@@ -101,6 +104,7 @@ class Holding:
             index = {h: i for i, h in enumerate(self.hashes)}
             self.wanted |= {index[h] for h in piece_hashes if h in index}
         self._wanted_bits = sum(1 << i for i in self.wanted)
+        self.store_error = None  # asked again: maybe room was made
         if self.missing() and (self._runner is None or self._runner.done()):
             self._settle()
             self._runner = asyncio.get_running_loop().create_task(self._run())
@@ -147,12 +151,13 @@ class Holding:
             "missing_pieces": len(self.missing()),
             "bytes_from_peers": self.bytes_from["peer"],
             "bytes_from_origin": self.bytes_from["origin"],
+            "store_error": self.store_error,
         }
 
     # The fetch loop
 
     async def _run(self) -> None:
-        while self._wanted_bits & ~self.held:
+        while self._wanted_bits & ~self.held and self.store_error is None:
             # Cleared before scheduling, so news arriving while this round runs or pauses
             # starts the next round at once instead of waiting for a later event or the tick.
             self.ctx.changed.clear()
@@ -163,7 +168,7 @@ class Holding:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(TICK):
                     await self.ctx.changed.wait()
-        if self.on_done:
+        if self.on_done and self.store_error is None:
             self.on_done(self)
 
     def _availability(self) -> Availability:
@@ -295,9 +300,13 @@ class Holding:
             data = await self._download(index, source, call)
             if self.has(index):
                 return  # a hedged twin won the race
-            # Hashing and the file write run off the event loop: a slow disk must not stall
-            # every other transfer and the gossip this daemon answers.
-            await self._blocking(self.ctx.store.put_verified_piece, piece_hash, memoryview(data))
+            # Hashed and written off the event loop: a slow disk must not stall everything else.
+            store = self.ctx.store.put_verified_piece
+            try:
+                await self._blocking(store, piece_hash, memoryview(data))
+            except StorageError as exc:  # this peer's own disk, not the sender's fault
+                self._store_failed(str(exc))
+                return
         except IntegrityError:
             self.ctx.metrics.inc("shipyard_peer_pieces_corrupt_total")
             if source != ORIGIN:
@@ -372,17 +381,16 @@ class Holding:
         self.ctx.metrics.inc("shipyard_peer_pieces_received_total", source=kind)
         self._update_gauges()
 
+    def _store_failed(self, reason: str) -> None:
+        self.ctx.metrics.inc("shipyard_peer_store_failures_total")
+        if self.store_error is None:
+            self.store_error = reason
+            me = self.ctx.membership.me
+            print(f"peer {me}: fetch stopped: {reason}", file=sys.stderr, flush=True)
+
     def _tell_downstream(self) -> None:
         if self._relay is not None:
             self._news.tell(self._relay[1].downstream)
-
-    def _have_notice(self) -> Header:
-        return {
-            "op": "have",
-            "artifact": self.artifact,
-            "from": self.ctx.membership.me,
-            "have": encode_bits(self.held),
-        }
 
     def _update_gauges(self) -> None:
         held = (self._wanted_bits & self.held).bit_count()

@@ -13,6 +13,7 @@ HELP = {
     "shipyard_peer_requests_served_total": ("counter", "requests this peer answered, by op"),
     "shipyard_peer_request_failures_total": ("counter", "piece requests that failed, by reason"),
     "shipyard_peer_hedged_requests_total": ("counter", "duplicate requests for slow pieces"),
+    "shipyard_peer_store_failures_total": ("counter", "verified pieces the local store refused"),
     "shipyard_peer_blamed_peers": ("gauge", "peers avoided after serving wrong bytes"),
     "shipyard_peer_members_alive": ("gauge", "live members in this peer's gossip view"),
     "shipyard_peer_artifact_pieces_held": ("gauge", "pieces held of each artifact being fetched"),

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
+from shipyard.distribute.membership import encode_bits
 from shipyard.distribute.wire import Header, request
 from shipyard.errors import ShipyardError
 
@@ -19,9 +20,10 @@ from shipyard.errors import ShipyardError
 class HaveNews:
     """The `have` notices of one artifact on this peer, to its downstream peers."""
 
-    def __init__(self, ctx: Context, notice: Callable[[], Header]) -> None:
+    def __init__(self, ctx: Context, artifact: str, held: Callable[[], int]) -> None:
         self._ctx = ctx
-        self._notice = notice  # the `have` header as of now
+        self._artifact = artifact
+        self._held = held  # the artifact's have-map bits on this peer, as of now
         self._stale: dict[str, bool] = {}  # peer being told -> news came after its notice left
         self.tasks: set[asyncio.Task[None]] = set()
 
@@ -51,3 +53,11 @@ class HaveNews:
                     return
         finally:
             del self._stale[peer]
+
+    def _notice(self) -> Header:
+        return {
+            "op": "have",
+            "artifact": self._artifact,
+            "from": self._ctx.membership.me,
+            "have": encode_bits(self._held()),
+        }
