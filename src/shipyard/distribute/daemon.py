@@ -4,6 +4,7 @@ fetches what it is asked for, with no tracker or scheduler anywhere.
 
 import asyncio
 import contextlib
+import os
 import secrets
 import signal
 import sys
@@ -76,7 +77,12 @@ class PeerDaemon:
             "status": self._on_status,
         }
         self._handler = Server(self.ctx, ops, self._held)
-        self._server = await asyncio.start_server(self._handler.handle, *self.ctx.config.listen)
+        listen = self.ctx.config.listen
+        try:
+            self._server = await asyncio.start_server(self._handler.handle, *listen)
+        except OSError as exc:  # the port taken (another daemon?) or an address not on this host
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise InvalidInput(f"cannot listen on {format_address(listen)}: {reason}") from None
         self._choose_congestion_control(self._server)
         self.ctx.membership.beat(self._haves())
         self._gossiper = asyncio.get_running_loop().create_task(self._gossip_loop())

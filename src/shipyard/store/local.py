@@ -21,7 +21,10 @@ class LocalBackend:
     def __init__(self, root: str | Path, fsync: bool = True) -> None:
         self.root = Path(root).expanduser().resolve()
         self.fsync = fsync
-        (self.root / _TMP_DIR).mkdir(parents=True, exist_ok=True)
+        try:
+            (self.root / _TMP_DIR).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StorageError(f"cannot use {self.root} as a store: {exc.strerror}") from exc
 
     @property
     def uri(self) -> str:
