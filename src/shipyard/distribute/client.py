@@ -124,6 +124,8 @@ class _Puller:
                 problem = (
                     f"{status['missing_pieces']} pieces missing (no live peer or origin has them)"
                 )
+                if status.get("origin_error"):
+                    problem += f"; the origin's last error: {status['origin_error']}"
             if time.monotonic() - last_change > self.stall_timeout:
                 raise StorageError(
                     f"artifact {self.artifact}: no progress for {self.stall_timeout:.0f} s: "

@@ -20,8 +20,9 @@ import numpy.typing as npt
 
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
-from shipyard.distribute.membership import HaveMap, encode_bits
+from shipyard.distribute.membership import HaveMap
 from shipyard.distribute.news import HaveNews
+from shipyard.distribute.origin_retries import OriginRetries
 from shipyard.distribute.picker import (
     Availability,
     choose_peer,
@@ -30,8 +31,8 @@ from shipyard.distribute.picker import (
     upstream_picks,
 )
 from shipyard.distribute.relay import RelayPlan
-from shipyard.distribute.transfer import LaneReset, PieceCall, Transfer
-from shipyard.distribute.wire import Header, PeerBusy, PeerGone
+from shipyard.distribute.transfer import LaneReset, PieceCall, Transfer, piece_request
+from shipyard.distribute.wire import PeerBusy, PeerGone
 from shipyard.errors import IntegrityError, ShipyardError, StorageError
 from shipyard.store import Manifest
 from shipyard.store.pieces import piece_key
@@ -69,6 +70,7 @@ class Holding:
     # patience runs from then.
     _seen_at: npt.NDArray[np.float64] = field(init=False)
     _news: HaveNews = field(init=False)
+    _origin_retries: OriginRetries = field(default_factory=OriginRetries)
     _runner: "asyncio.Task[None] | None" = None
 
     def __post_init__(self) -> None:
@@ -152,6 +154,7 @@ class Holding:
             "bytes_from_peers": self.bytes_from["peer"],
             "bytes_from_origin": self.bytes_from["origin"],
             "store_error": self.store_error,
+            "origin_error": self._origin_retries.last_error,
         }
 
     # The fetch loop
@@ -244,10 +247,12 @@ class Holding:
         """Pieces no live peer holds come from the origin, only through their owners (or
         backups: see `RelayPlan.origin_picks`)."""
         free = self.ctx.config.origin_inflight - self.ctx.load.get(ORIGIN, 0)
-        if self.ctx.origin is None or time.monotonic() < self.origin_after or free <= 0:
+        now = time.monotonic()
+        if self.ctx.origin is None or now < self.origin_after or free <= 0:
             return
         nowhere = avail.counts == 0
         nowhere[piece_indexes(self.held, len(self.hashes))] = False
+        nowhere[self._origin_retries.waiting(now)] = False  # the origin failed them lately
         for index in plan.origin_picks(todo, nowhere)[:free]:  # `todo`: none in flight
             self._start(index, ORIGIN)
 
@@ -307,9 +312,11 @@ class Holding:
             except StorageError as exc:  # this peer's own disk, not the sender's fault
                 self._store_failed(str(exc))
                 return
-        except IntegrityError:
+        except IntegrityError as exc:
             self.ctx.metrics.inc("shipyard_peer_pieces_corrupt_total")
-            if source != ORIGIN:
+            if source == ORIGIN:
+                self._origin_retries.failed(index, f"origin: {exc}", time.monotonic())
+            else:
                 self.ctx.blame(source)
             return
         except LaneReset:
@@ -321,6 +328,7 @@ class Holding:
         except (ShipyardError, OSError) as exc:
             if source == ORIGIN:
                 self.ctx.metrics.inc("shipyard_peer_request_failures_total", source="origin")
+                self._origin_retries.failed(index, str(exc), time.monotonic())
             else:
                 self.ctx.peer_failed(source, gone=isinstance(exc, PeerGone))
             return
@@ -335,18 +343,8 @@ class Holding:
         if call is None:
             assert self.ctx.origin is not None
             return await self._blocking(self.ctx.origin.get, piece_key(piece_hash))
-        # The request carries this peer's have-map and the reply the sender's, so both learn
-        # of each other's newest pieces at once instead of a few gossip rounds later.
-        header: Header = {
-            "op": "piece",
-            "hash": piece_hash,
-            "artifact": self.artifact,
-            "from": self.ctx.membership.me,
-            "have": encode_bits(self.held),
-            # An upstream peer keeps upload slots for its downstream peers, so the mesh never
-            # stalls behind other requests.
-            "relay": self._relay is not None and source in self._relay[1].upstream,
-        }
+        relay = self._relay is not None and source in self._relay[1].upstream
+        header = piece_request(piece_hash, self.artifact, self.ctx.membership.me, self.held, relay)
         lane = self.ctx.lanes(parse_address(source))
         try:
             reply, body = await self._blocking(lane.fetch, call, header)
@@ -374,6 +372,7 @@ class Holding:
             twin.task.cancel()
         self.held |= 1 << index
         self._seen_at[index] = np.inf
+        self._origin_retries.held(index)
         self._tell_downstream()
         kind = "origin" if source == ORIGIN else "peer"
         self.bytes_from[kind] += nbytes

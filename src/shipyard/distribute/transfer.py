@@ -26,6 +26,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 
 from shipyard.distribute.config import Address
+from shipyard.distribute.membership import encode_bits
 from shipyard.distribute.wire import (
     MAX_HEADER,
     Header,
@@ -34,6 +35,21 @@ from shipyard.distribute.wire import (
     check_reply,
     encode,
 )
+
+
+def piece_request(piece_hash: str, artifact: str, me: str, held: int, relay: bool) -> Header:
+    """A `piece` request. It carries the requester's have-map, and the reply the sender's, so
+    both learn of each other's newest pieces at once instead of a few gossip rounds later.
+    `relay`: the sender is the requester's upstream peer in the mesh, for which it keeps upload
+    slots, so the mesh never stalls behind other requests."""
+    return {
+        "op": "piece",
+        "hash": piece_hash,
+        "artifact": artifact,
+        "from": me,
+        "have": encode_bits(held),
+        "relay": relay,
+    }
 
 
 def _timeval(seconds: float) -> bytes:
