@@ -306,9 +306,9 @@ class Holding:
             if self.has(index):
                 return  # a hedged twin won the race
             # Hashed and written off the event loop: a slow disk must not stall everything else.
-            store = self.ctx.store.put_verified_piece
+            put = self.ctx.store.put_verified_piece
             try:
-                await self._blocking(store, piece_hash, memoryview(data))
+                await self._blocking(put, piece_hash, memoryview(data))
             except StorageError as exc:  # this peer's own disk, not the sender's fault
                 self._store_failed(str(exc))
                 return
