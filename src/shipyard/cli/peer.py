@@ -1,8 +1,11 @@
-"""`shipyard peer serve`: the per-host distribution daemon."""
+"""`shipyard peer serve`: the per-host distribution daemon, and `shipyard peer status`: what a
+daemon holds and is fetching."""
 
 import argparse
+import json
 import os
 import sys
+from typing import Any
 
 # Before numpy loads: the daemon does no linear algebra, and numpy's BLAS would otherwise start a
 # thread per core as it is imported: a third of the daemon's start-up CPU.
@@ -45,6 +48,10 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="TCP congestion control for uploads (default: %(default)s; 'kernel': the system's)",
     )
     serve.set_defaults(func=_serve)
+    status = commands.add_parser("status", help="what a daemon holds and is fetching")
+    status.add_argument("--peer", required=True, metavar="HOST:PORT", help="the daemon to ask")
+    status.add_argument("--json", action="store_true", help="print the daemon's reply as JSON")
+    status.set_defaults(func=_status)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -65,3 +72,30 @@ def _serve(args: argparse.Namespace) -> int:
         config, ready=lambda: print(f"peer {config.me} listening", file=sys.stderr, flush=True)
     )
     return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from shipyard.distribute.client import daemon_status  # `serve` never loads the pull client
+
+    reply = daemon_status(parse_address(args.peer, "--peer"))
+    print(json.dumps(reply, indent=2) if args.json else render_status(reply))
+    return 0
+
+
+def render_status(reply: dict[str, Any]) -> str:
+    """A daemon's status as a table: one line per artifact, then any error stopping it."""
+    lines = [
+        f"peer {reply['me']}: {reply['members_alive']} live members",
+        f"{'ARTIFACT':<14}{'PIECES':>13}{'HELD BYTES':>17}{'FROM PEERS':>17}{'FROM ORIGIN':>17}",
+    ]
+    for held in reply["holdings"]:
+        pieces = f"{held['wanted_pieces'] - held['missing_pieces']}/{held['wanted_pieces']}"
+        lines.append(
+            f"{held['artifact'][:12]:<14}{pieces:>13}{held['held_bytes']:>17,}"
+            f"{held['bytes_from_peers']:>17,}{held['bytes_from_origin']:>17,}"
+        )
+        if held.get("store_error"):
+            lines.append(f"  fetch stopped: {held['store_error']}")
+        if held.get("origin_error"):
+            lines.append(f"  origin: {held['origin_error']}")
+    return "\n".join(lines)

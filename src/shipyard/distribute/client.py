@@ -50,6 +50,13 @@ def pull(
     return asyncio.run(puller.run(dest, tensors))
 
 
+def daemon_status(daemon: Address) -> Header:
+    """What the daemon at `daemon` holds and is fetching: its address as peers know it, the
+    live members it sees, and per artifact the `status` fields (see `Holding.status`)."""
+    reply, _ = asyncio.run(request(daemon, {"op": "status"}, CONNECT_TIMEOUT, REPLY_TIMEOUT))
+    return reply
+
+
 class _Puller:
     def __init__(
         self, daemon: Address, artifact: str, progress: Progress | None, stall_timeout: float

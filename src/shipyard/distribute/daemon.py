@@ -236,6 +236,13 @@ class PeerDaemon:
                 print(f"peer {self.ctx.config.me}: want record: {exc}", file=sys.stderr, flush=True)
 
     async def _on_status(self, header: Header) -> dict[str, Any]:
+        if header.get("artifact") is None:  # the whole daemon: every artifact it holds
+            return {
+                "me": self.ctx.config.me,
+                "members_alive": len(self.ctx.membership.alive()),
+                "holdings": [holding.status() for holding in self.holdings.values()],
+                "boot": self.boot,
+            }
         artifact = _artifact_id(header.get("artifact"))
         if artifact not in self.holdings:
             raise NotFound(f"artifact {artifact} is not held or being fetched here")
