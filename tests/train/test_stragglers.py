@@ -12,7 +12,7 @@ def test_straggler_flagged_after_k_windows_and_drained(home: Path, token_data: P
     # wider margin over a shared machine's noise.
     controller = {"straggler_factor": 1.2}
     cfg = make_config(
-        token_data, train={"steps": 50}, controller=controller, chaos={"faults": [slow]}
+        token_data, train={"steps": 80}, controller=controller, chaos={"faults": [slow]}
     )
     run_id, state = train(cfg)
     assert state == "succeeded"
@@ -20,13 +20,13 @@ def test_straggler_flagged_after_k_windows_and_drained(home: Path, token_data: P
     # Windows of 5 steps, k = 3: slow from the first window, so flagged at window 2, never
     # sooner. (Exactly then in `test_units`; here a shared machine's steal time can blur a
     # window, which restarts the streak and delays the flag: a false "fine" window, never a
-    # false alarm.)
-    assert flagged["rank"] == 1 and 2 <= flagged["window"] <= 6
+    # false alarm. A clean CI machine once blurred enough of them to flag at window 8.)
+    assert flagged["rank"] == 1 and 2 <= flagged["window"] <= 12
     assert flagged["ratio"] > 1.2
     (drain,) = events(run_id, "drain")
     # Drained at the next checkpoint (every 10 steps) committed after the flag. Commits are
     # asynchronous, so that may be the checkpoint of the last multiple of 10 before the flag,
-    # whose commit landed after it. 50 steps leave one even when the flag comes at window 6.
+    # whose commit landed after it. 80 steps leave one even when the flag comes at window 12.
     flagged_at = (flagged["window"] + 1) * 5
     assert drain["rank"] == 1 and drain["at_step"] % 10 == 0
     assert flagged_at - 10 < drain["at_step"] <= flagged_at + 10
