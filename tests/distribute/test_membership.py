@@ -51,9 +51,34 @@ def test_stale_gossip_does_not_resurrect_and_failure_is_local() -> None:
     assert a.alive() == ["b:1"]
 
 
+def test_a_member_restarted_with_its_clock_behind_is_told_the_heartbeat_to_beat() -> None:
+    clock = Clock()
+    wall = {"a:1": 10_000, "b:1": 10_000}
+    a = Membership("a:1", [], dead_after=3, clock=clock, wall_ms=lambda: wall["a:1"])
+    b = Membership("b:1", [], dead_after=3, clock=clock, wall_ms=lambda: wall["b:1"])
+    a.beat({})
+    b.merge(a.view())
+    clock.now = 10.0  # a's first life died long ago; b still remembers its last heartbeat
+    wall["a:1"] = 5_000  # the new life's clock is 5 s behind the old one's last tick
+    a = Membership("a:1", ["b:1"], dead_after=3, clock=clock, wall_ms=lambda: wall["a:1"])
+    a.beat({})
+    b.merge(a.view())
+    assert b.alive() == []  # 5,000 is old news next to 10,000
+    a.merge(b.view(to="a:1"))  # the reply names the heartbeat to beat
+    a.beat({})
+    assert a.records["a:1"].heartbeat == 10_001
+    b.merge(a.view())
+    assert b.alive() == ["a:1"]
+    # Others' views of it never raise its heartbeat past its own next tick.
+    a.merge(b.view(to="a:1"))
+    wall["a:1"] = 20_000
+    a.beat({})
+    assert a.records["a:1"].heartbeat == 20_000
+
+
 def test_malformed_gossip_is_ignored() -> None:
     a = Membership("a:1", [], dead_after=3)
-    a.merge({"x:1": "garbage", "y:1": [1, {"art": [True, "!!"]}], "z:1": [5, {}]})
+    a.merge({"x:1": "garbage", "y:1": [1, {"art": [True, "!!"]}], "z:1": [5, {}], "a:1": "?"})
     assert a.alive() == ["z:1"]
 
 

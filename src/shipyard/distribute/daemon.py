@@ -257,10 +257,10 @@ class PeerDaemon:
         return {"ok": True}
 
     async def _on_gossip(self, header: Header) -> dict[str, Any]:
-        view = header.get("view")
+        view, sender = header.get("view"), header.get("from")
         if isinstance(view, dict):
             self.ctx.membership.merge(view)
-        return {"view": self.ctx.membership.view()}
+        return {"view": self.ctx.membership.view(to=sender if isinstance(sender, str) else None)}
 
     # Gossip
 
@@ -294,7 +294,7 @@ class PeerDaemon:
         try:
             reply, _ = await request(
                 parse_address(member),
-                {"op": "gossip", "view": self.ctx.membership.view()},
+                {"op": "gossip", "from": self.ctx.config.me, "view": self.ctx.membership.view()},
                 cfg.connect_timeout,
                 cfg.idle_timeout,
                 self.ctx.pool,

@@ -1,11 +1,16 @@
 """Gossip membership: who is alive and which pieces each peer holds, with no coordinator.
 
 Every peer keeps a record per member: a heartbeat (wall-clock milliseconds at its last tick, so a
-restarted process always outranks its previous life) and, per artifact, whether it wants all of
-it and which pieces it holds. Peers exchange their views push-pull with a few random members each
-round; a record with a higher heartbeat replaces the older one. A member whose heartbeat has not
-advanced locally for `dead_after` seconds, or that refused a connection since, is treated as gone
-until news of it arrives.
+restarted process outranks its previous life) and, per artifact, whether it wants all of it and
+which pieces it holds. Peers exchange their views push-pull with a few random members each round;
+a record with a higher heartbeat replaces the older one. A member whose heartbeat has not advanced
+locally for `dead_after` seconds, or that refused a connection since, is treated as gone until
+news of it arrives.
+
+A restarted process whose clock went back would be taken for old news until its clock caught up.
+So a peer that remembers a higher heartbeat for a member than the member is sending puts that
+heartbeat in its reply, and a member that hears of a heartbeat of its own at or above its current
+one beats above it from then on.
 
 A view carries every live member's heartbeat and wants, but the piece bits of only the sender
 and `haves_per_view` other members picked at random, so a gossip message grows by tens of bytes
@@ -16,6 +21,7 @@ bits, so the scheduler does not depend on gossip for fresh piece news.
 """
 
 import base64
+import contextlib
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -82,8 +88,10 @@ class Membership:
         clock: Callable[[], float] = time.monotonic,
         haves_per_view: int = 24,
         rng: random.Random | None = None,
+        wall_ms: Callable[[], int] = lambda: time.time_ns() // 1_000_000,
     ) -> None:
         self.me = me
+        self.wall_ms = wall_ms
         self.haves_per_view = haves_per_view
         self._rng = rng or random.Random()
         self.seeds = [s for s in seeds if s != me]
@@ -102,11 +110,13 @@ class Membership:
         self._heard: dict[str, float] = {}
         self._failed: dict[str, float] = {}
         self._floor: dict[str, int] = {}  # highest heartbeat ever seen, so old news stays dead
+        self._outrank = -1  # the highest heartbeat others hold for this peer
 
     def beat(self, haves: dict[str, HaveMap]) -> None:
         """Refresh this peer's own record with a new heartbeat and its current have-maps."""
         previous = self.records.get(self.me)
-        heartbeat = max(time.time_ns() // 1_000_000, previous.heartbeat + 1 if previous else 0)
+        latest = previous.heartbeat if previous else -1
+        heartbeat = max(self.wall_ms(), latest + 1, self._outrank + 1)
         self.records[self.me] = Record(heartbeat, haves)
         self._encoded[self.me] = self._encodings(self.records[self.me])
         self._heard[self.me] = self.clock()
@@ -116,7 +126,11 @@ class Membership:
         repeat news already heard, so the heartbeat is compared before anything is decoded."""
         now = self.clock()
         for member, raw in view.items():
-            if member == self.me or not isinstance(member, str):
+            if member == self.me:
+                with contextlib.suppress(ValueError, TypeError, IndexError, KeyError):
+                    self._outrank = max(self._outrank, int(raw[0]))
+                continue
+            if not isinstance(member, str):
                 continue
             try:
                 if int(raw[0]) <= self._floor.get(member, -1):
@@ -180,15 +194,19 @@ class Membership:
         """Live members other than this peer."""
         return [m for m in self.records if m != self.me and self.is_alive(m)]
 
-    def view(self) -> dict[str, Any]:
+    def view(self, to: str | None = None) -> dict[str, Any]:
         """What this peer gossips: its own record and those of members it believes alive, the
-        piece bits only for itself and a random few."""
+        piece bits only for itself and a random few. For `to`, the member being answered, when
+        it is not among them: the highest heartbeat seen from it, which it must beat above."""
         self._forget()
         alive = self.alive()
         with_bits = set(self._rng.sample(alive, min(self.haves_per_view, len(alive))))
         with_bits.add(self.me)
         members = [self.me, *alive] if self.me in self._encoded else alive  # before the first beat
-        return {m: self._encoded[m][m not in with_bits] for m in members}
+        view = {m: self._encoded[m][m not in with_bits] for m in members}
+        if to is not None and to not in view and to in self._floor:
+            view[to] = [self._floor[to], {}]
+        return view
 
     @staticmethod
     def _encodings(record: Record) -> tuple[Any, Any]:
