@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -122,13 +123,18 @@ def origin(tmp_path: Path) -> tuple[Path, Manifest]:
 
 
 @pytest.fixture
-def http_origin(origin: tuple[Path, Manifest]) -> Iterator[tuple[str, Manifest, list[int]]]:
-    """The origin store behind a static HTTP server that counts the piece bytes it sends."""
+def http_origin(
+    origin: tuple[Path, Manifest],
+) -> Iterator[tuple[str, Manifest, list[int], Counter[str]]]:
+    """The origin store behind a static HTTP server that counts the piece bytes it sends, and
+    every GET by the key asked for (found or not)."""
     store, manifest = origin
     served: list[int] = []
+    asked: Counter[str] = Counter()
 
     class Counting(SimpleHTTPRequestHandler):
         def do_GET(self) -> None:
+            asked[self.path.lstrip("/")] += 1
             path = Path(self.translate_path(self.path))
             if "/pieces/" in self.path and path.is_file():
                 served.append(path.stat().st_size)
@@ -140,6 +146,6 @@ def http_origin(origin: tuple[Path, Manifest]) -> Iterator[tuple[str, Manifest, 
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Counting, directory=str(store)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", manifest, served
+    yield f"http://127.0.0.1:{server.server_address[1]}", manifest, served, asked
     server.shutdown()
     server.server_close()

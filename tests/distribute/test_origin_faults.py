@@ -2,11 +2,7 @@
 origin for the bad one again only after a growing wait, and the pull's error names what the
 origin did."""
 
-import threading
 from collections import Counter
-from collections.abc import Iterator
-from functools import partial
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -18,28 +14,6 @@ from shipyard.store import Manifest
 from shipyard.store.pieces import piece_key
 
 
-@pytest.fixture
-def counted_origin(origin: tuple[Path, Manifest]) -> Iterator[tuple[str, Counter[str]]]:
-    """The origin store behind a static HTTP server that counts every GET by path."""
-    store, _ = origin
-    asked: Counter[str] = Counter()
-
-    class Counting(SimpleHTTPRequestHandler):
-        def do_GET(self) -> None:
-            asked[self.path.lstrip("/")] += 1
-            super().do_GET()
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), partial(Counting, directory=str(store)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", asked
-    server.shutdown()
-    server.server_close()
-
-
 @pytest.mark.parametrize(
     ("fault", "named"),
     [("missing", r"origin has no 'pieces/"), ("corrupt", r"origin: piece \w+: bytes do not match")],
@@ -47,13 +21,13 @@ def counted_origin(origin: tuple[Path, Manifest]) -> Iterator[tuple[str, Counter
 def test_a_bad_origin_piece_is_retried_sparingly_and_named(
     cluster: Any,
     origin: tuple[Path, Manifest],
-    counted_origin: tuple[str, Counter[str]],
+    http_origin: tuple[str, Manifest, list[int], Counter[str]],
     tmp_path: Path,
     fault: str,
     named: str,
 ) -> None:
     store, manifest = origin
-    url, asked = counted_origin
+    url, _, _, asked = http_origin
     bad = manifest.files[0].pieces[3].hash
     if fault == "missing":
         (store / piece_key(bad)).unlink()

@@ -180,9 +180,9 @@ def test_a_pull_whose_daemon_stays_down_fails_naming_it(
 
 
 def test_origin_fetches_stay_capped_with_many_hosts_over_http(
-    cluster: Any, http_origin: tuple[str, Manifest, list[int]], tmp_path: Path
+    cluster: Any, http_origin: tuple[str, Manifest, list[int], Any], tmp_path: Path
 ) -> None:
-    url, manifest, served = http_origin
+    url, manifest, served, _ = http_origin
     first = cluster.peer("h0", [], "--origin", url).start()
     hosts = [first] + [
         cluster.peer(f"h{i}", [first.address], "--origin", url).start() for i in range(1, 6)
