@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from bytecode import compile_shipyard
 from fanout_aria2 import aria2_swarm
 from fanout_aria2 import available as aria2_available
 from fanout_links import LinkMeter
@@ -347,6 +348,7 @@ def origin_only(rig: Rig, hosts: list[Host], url: str, work: Path) -> float:
 
 def main() -> None:
     args = parse_args()
+    compile_shipyard()
     need = (args.hosts + 3) * args.size_mib << 20
     shm = shutil.disk_usage("/dev/shm").free if Path("/dev/shm").is_dir() else 0
     # A tmpfs keeps a contended shared disk out of the measurement when memory allows. Its files

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bytecode import compile_shipyard
 from proc_cpu import cpu_seconds
 
 BARE = """
@@ -62,6 +63,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=7)
     args = parser.parse_args()
+    compile_shipyard()
     shipyard, bare = [], []
     with tempfile.TemporaryDirectory(prefix="peer-start-") as tmp:
         for run in range(args.runs):

@@ -1,6 +1,9 @@
-"""The gossip loop against a member that accepts connections and never answers."""
+"""The gossip loop against a member that accepts connections and never answers, and what a
+fetch waiting on news does when gossip brings some."""
 
 import asyncio
+import random
+import shutil
 import socket
 import threading
 import time
@@ -8,6 +11,8 @@ from pathlib import Path
 
 from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.daemon import PeerDaemon
+from shipyard.distribute.membership import HaveMap, Membership
+from shipyard.store import LocalBackend, PieceStore, put_tree
 
 
 def black_hole() -> tuple[socket.socket, list[socket.socket]]:
@@ -59,3 +64,37 @@ def test_a_member_that_never_answers_does_not_hold_back_the_heartbeat(tmp_path: 
             conn.close()
     assert held, "the daemon never tried the silent member"
     assert max(ages) < 1.0, ages  # beats every 0.3 s (±20%), whatever the exchanges do
+
+
+def test_a_fetch_with_nothing_in_flight_schedules_as_soon_as_gossip_names_a_holder(
+    tmp_path: Path,
+) -> None:
+    """A restarted daemon knows only its seeds, so its fetch has nobody to ask. The first view
+    that names a holder must wake it then, not at its next tick; a view with no news must not."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "blob.bin").write_bytes(random.Random(5).randbytes(4 << 16))
+    store = tmp_path / "store"
+    manifest = put_tree(PieceStore(LocalBackend(store)), tmp_path / "src", "model", 1 << 16)
+    shutil.rmtree(store / "pieces")  # the manifest stays: the daemon knows what to fetch
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon = PeerDaemon(DaemonConfig(listen=("127.0.0.1", port), store=str(store), fsync=False))
+    holder = Membership("127.0.0.1:1", [], dead_after=3.0)
+    holder.beat({manifest.id: HaveMap(True, (1 << 4) - 1)})
+
+    async def woken() -> tuple[bool, bool]:
+        await daemon.start()
+        try:
+            await daemon._on_fetch({"artifact": manifest.id, "pieces": None})
+            await asyncio.sleep(0.1)  # its first rounds: nobody to ask, nothing in flight
+            assert not daemon.holdings[manifest.id].inflight
+            daemon.ctx.changed.clear()
+            daemon._merge({})
+            by_no_news = daemon.ctx.changed.is_set()
+            daemon._merge(holder.view())
+            return by_no_news, daemon.ctx.changed.is_set()
+        finally:
+            await daemon.stop()
+
+    assert asyncio.run(woken()) == (False, True)

@@ -259,7 +259,7 @@ class PeerDaemon:
     async def _on_gossip(self, header: Header) -> dict[str, Any]:
         view, sender = header.get("view"), header.get("from")
         if isinstance(view, dict):
-            self.ctx.membership.merge(view)
+            self._merge(view)
         return {"view": self.ctx.membership.view(to=sender if isinstance(sender, str) else None)}
 
     # Gossip
@@ -305,7 +305,17 @@ class PeerDaemon:
         except (PeerUnavailable, InvalidInput):
             return  # maybe a busy link: the member's heartbeat tells whether it lives
         if isinstance(reply.get("view"), dict):
-            self.ctx.membership.merge(reply["view"])
+            self._merge(reply["view"])
+
+    def _merge(self, view: dict[str, Any]) -> None:
+        """Fold a gossiped view in. A fetch with nothing in flight (a daemon just restarted, which
+        knew only its seeds) schedules at once on news of holders, not on its next tick."""
+        version = self.ctx.membership.version
+        self.ctx.membership.merge(view)
+        if self.ctx.membership.version != version and any(
+            not h.inflight and h.missing() for h in self.holdings.values()
+        ):
+            self.ctx.changed.set()
 
 
 def _matches(artifact: str, data: bytes) -> bool:
