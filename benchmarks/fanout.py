@@ -136,6 +136,11 @@ def parse_args() -> argparse.Namespace:
         "--congestion-control", metavar="NAME",
         help="the daemons' TCP congestion control for uploads (default: theirs; 'kernel')",
     )  # fmt: skip
+    p.add_argument(
+        "--origin-gateways", type=int, metavar="N",
+        help="members that fetch from the origin (default: 8 x origin rate / host rate, so that "
+        "each gateway's origin flow stays an eighth of its link, as docs/distribution.md advises)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--workdir", type=Path, help="stores go here (default: /dev/shm if it fits)")
@@ -145,6 +150,9 @@ def parse_args() -> argparse.Namespace:
         p.error("needs root (network namespaces and tc)")
     if not 2 <= args.hosts <= 240:
         p.error("--hosts must be between 2 and 240")
+    if args.origin_gateways is None:
+        share = args.origin_rate_mbit / args.rate_mbit
+        args.origin_gateways = max(1, round(DaemonConfig.origin_gateways * share))
     return args
 
 
@@ -162,15 +170,19 @@ def make_artifact(work: Path, size_mib: int, piece_mib: float) -> tuple[Path, Ma
     return store, manifest
 
 
-def start_daemon(
-    rig: Rig, host: Host, seeds: list[Host], origin: str, congestion_control: str | None
-) -> None:
+def daemon_flags(args: argparse.Namespace) -> list[str]:
+    """What every host's daemon is run with beyond its addresses, as an operator sets it up."""
+    flags = ["--no-fsync", "--origin-gateways", str(args.origin_gateways)]
+    if args.congestion_control:
+        flags += ["--congestion-control", args.congestion_control]
+    return flags
+
+
+def start_daemon(rig: Rig, host: Host, seeds: list[Host], origin: str, flags: list[str]) -> None:
     host.starts += 1
-    congestion = ["--congestion-control", congestion_control] if congestion_control else []
     joined = ",".join(s.address for s in seeds)
     cmd = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen", host.address,
-           "--seeds", joined, "--store", str(host.store), "--origin", origin,
-           "--no-fsync", *congestion]  # fmt: skip
+           "--seeds", joined, "--store", str(host.store), "--origin", origin, *flags]  # fmt: skip
     host.proc = rig.spawn(host.ns, cmd, host.log)
 
 
@@ -288,7 +300,7 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
                 # The seeds are dead: a host that comes back joins through any live peers.
                 live_now = [h for h in run.hosts if h.name not in run.dead]
                 joins = rng.sample(live_now, min(3, len(live_now)))
-                start_daemon(rig, host, joins, origin_url, args.congestion_control)
+                start_daemon(rig, host, joins, origin_url, daemon_flags(args))
                 run.dead.discard(host.name)
             wait_listening(restart_at[1], time.monotonic() + 60)
             listening = time.monotonic() - started - now
@@ -387,7 +399,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     # Every host is told only of the first N/8: the would-be "trackers" that --chaos kills.
     seeds = hosts[: max(1, args.hosts // 8)]
     for host in hosts:
-        start_daemon(rig, host, seeds, origin_url, args.congestion_control)
+        start_daemon(rig, host, seeds, origin_url, daemon_flags(args))
     wait_listening(hosts, time.monotonic() + 120)
     time.sleep(2)  # let gossip spread membership before the clock starts
     run = Run(hosts, seeds, sizes, origin_log)
@@ -443,6 +455,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "chaos": args.chaos,
         "chaos_origin": args.chaos_origin,
         "congestion_control": args.congestion_control or DaemonConfig.congestion_control,
+        "origin_gateways": args.origin_gateways,
         "events": run.events,
         "restarted_hosts_refetched_pieces": refetched if resumed else None,
         "hedged_requests": int(hedged),
