@@ -2,7 +2,8 @@
 and compare Shipyard's swarm with every host downloading straight from the origin over HTTP.
 
     sudo .venv/bin/python benchmarks/fanout.py [--hosts 16] [--rate-mbit 100] [--size-mib 256]
-        [--chaos] [--chaos-origin] [--baseline-size-mib S] [--no-baseline] [--no-aria2] [--keep]
+        [--chaos] [--chaos-origin] [--origin-gateways N] [--baseline-size-mib S] [--no-baseline]
+        [--no-aria2] [--keep]
 
 Prints progress on stderr and, last, one JSON line: value = T_shipyard / (S/B), baseline =
 T_origin / (S/B), ratio = baseline / value (the speed-up), origin_bytes_ratio = piece bytes the
