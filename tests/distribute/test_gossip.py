@@ -2,7 +2,6 @@
 fetch waiting on news does when gossip brings some."""
 
 import asyncio
-import random
 import shutil
 import socket
 import threading
@@ -12,7 +11,7 @@ from pathlib import Path
 from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.daemon import PeerDaemon
 from shipyard.distribute.membership import HaveMap, Membership
-from shipyard.store import LocalBackend, PieceStore, put_tree
+from shipyard.store import Manifest
 
 
 def black_hole() -> tuple[socket.socket, list[socket.socket]]:
@@ -67,21 +66,19 @@ def test_a_member_that_never_answers_does_not_hold_back_the_heartbeat(tmp_path: 
 
 
 def test_a_fetch_with_nothing_in_flight_schedules_as_soon_as_gossip_names_a_holder(
-    tmp_path: Path,
+    origin: tuple[Path, Manifest],
 ) -> None:
     """A restarted daemon knows only its seeds, so its fetch has nobody to ask. The first view
     that names a holder must wake it then, not at its next tick; a view with no news must not."""
-    (tmp_path / "src").mkdir()
-    (tmp_path / "src" / "blob.bin").write_bytes(random.Random(5).randbytes(4 << 16))
-    store = tmp_path / "store"
-    manifest = put_tree(PieceStore(LocalBackend(store)), tmp_path / "src", "model", 1 << 16)
+    store, manifest = origin
     shutil.rmtree(store / "pieces")  # the manifest stays: the daemon knows what to fetch
+    pieces = sum(len(entry.pieces) for entry in manifest.files)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     daemon = PeerDaemon(DaemonConfig(listen=("127.0.0.1", port), store=str(store), fsync=False))
     holder = Membership("127.0.0.1:1", [], dead_after=3.0)
-    holder.beat({manifest.id: HaveMap(True, (1 << 4) - 1)})
+    holder.beat({manifest.id: HaveMap(True, (1 << pieces) - 1)})
 
     async def woken() -> tuple[bool, bool]:
         await daemon.start()
