@@ -31,3 +31,10 @@ def test_config_refuses_nonsense_limits() -> None:
 def test_cli_reports_a_bad_seed_list() -> None:
     code = main(["peer", "serve", "--listen", "127.0.0.1:1", "--store", "x", "--seeds", "nope"])
     assert code == InvalidInput.exit_code
+
+
+def test_the_default_request_count_is_what_the_mesh_lanes_take() -> None:
+    # More would put requests on uplinks the mesh already fills; fewer would leave a lane a
+    # single request, idle between pieces (docs/distribution.md, "Why eight requests open").
+    config = DaemonConfig(listen=("127.0.0.1", 1), store="/tmp/x")
+    assert config.max_inflight == config.mesh_degree * config.per_peer_inflight

@@ -43,7 +43,7 @@ class DaemonConfig:
     # Requests open in all, queued ones on a lane included: as many as the mesh lanes take
     # (`mesh_degree` x `per_peer_inflight`), so a request to a peer outside the mesh goes out
     # only when a lane has nothing to ask for. Each such request takes a share of an uplink its
-    # holder's own downstream peers already fill (see docs/distribution.md, "Requests").
+    # holder's own downstream peers already fill (docs/distribution.md, "Why eight requests open").
     max_inflight: int = 8
     per_peer_inflight: int = 2  # requests open to one peer, pipelined on its lane
     origin_inflight: int = 1
