@@ -13,6 +13,8 @@ from shipyard.distribute.daemon import PeerDaemon
 from shipyard.distribute.membership import HaveMap, Membership
 from shipyard.store import Manifest
 
+from .conftest import free_port
+
 
 def black_hole() -> tuple[socket.socket, list[socket.socket]]:
     """A listener that accepts every connection and never reads or writes a byte."""
@@ -32,11 +34,8 @@ def black_hole() -> tuple[socket.socket, list[socket.socket]]:
 
 def test_a_member_that_never_answers_does_not_hold_back_the_heartbeat(tmp_path: Path) -> None:
     listener, held = black_hole()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     config = DaemonConfig(
-        listen=("127.0.0.1", port),
+        listen=("127.0.0.1", free_port()),
         store=str(tmp_path / "store"),
         seeds=(listener.getsockname(),),  # gossiped with every round: it is the only seed
         fsync=False,
@@ -73,10 +72,8 @@ def test_a_fetch_with_nothing_in_flight_schedules_as_soon_as_gossip_names_a_hold
     store, manifest = origin
     shutil.rmtree(store / "pieces")  # the manifest stays: the daemon knows what to fetch
     pieces = sum(len(entry.pieces) for entry in manifest.files)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    daemon = PeerDaemon(DaemonConfig(listen=("127.0.0.1", port), store=str(store), fsync=False))
+    listen = ("127.0.0.1", free_port())
+    daemon = PeerDaemon(DaemonConfig(listen=listen, store=str(store), fsync=False))
     holder = Membership("127.0.0.1:1", [], dead_after=3.0)
     holder.beat({manifest.id: HaveMap(True, (1 << pieces) - 1)})
 
