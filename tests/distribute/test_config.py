@@ -18,6 +18,8 @@ def test_addresses_parse_or_name_the_flag() -> None:
 def test_config_refuses_nonsense_limits() -> None:
     with pytest.raises(InvalidInput, match="max_inflight"):
         DaemonConfig(listen=("127.0.0.1", 1), store="/tmp/x", max_inflight=0)
+    with pytest.raises(InvalidInput, match="catch_up_lag must be at least 1, got 0"):
+        DaemonConfig(listen=("127.0.0.1", 1), store="/tmp/x", catch_up_lag=0)
     with pytest.raises(InvalidInput, match="dead_after"):
         DaemonConfig(listen=("127.0.0.1", 1), store="/tmp/x", dead_after=0)
     with pytest.raises(InvalidInput, match=r"origin_gateways must be 0 \(all\) or more, got -1"):

@@ -27,15 +27,23 @@ def _artifact(tmp_path: Path, pieces: int = PIECES) -> Manifest:
     return put_tree(PieceStore(LocalBackend(tmp_path / "origin")), src, "model", PIECE)
 
 
-def _context(tmp_path: Path, up_for: float, fetching: Manifest | None = None) -> Context:
+def _context(
+    tmp_path: Path,
+    up_for: float,
+    fetching: Manifest | None = None,
+    others_hold: int = 0,
+    catch_up_lag: int = 3,
+) -> Context:
     """A daemon that has heard from three live members, which have asked for nothing, or for
-    the whole of `fetching` without holding any of it yet (the daemon then has an origin)."""
+    the whole of `fetching` holding the pieces in the bits `others_hold` (the daemon then has
+    an origin)."""
     # The others never beat again: they must not be taken for dead while a test runs.
-    config = DaemonConfig(listen=("10.0.0.1", 7000), store=str(tmp_path / "store"), dead_after=60.0)
+    store = str(tmp_path / "store")
+    config = DaemonConfig(("10.0.0.1", 7000), store, dead_after=60.0, catch_up_lag=catch_up_lag)
     membership = Membership(config.me, [], config.dead_after)
     for other in OTHERS:
         peer = Membership(other, [], config.dead_after)
-        peer.beat({fetching.id: HaveMap(True, 0)} if fetching else {})
+        peer.beat({fetching.id: HaveMap(True, others_hold)} if fetching else {})
         membership.merge(peer.view())
     store = PieceStore(LocalBackend(tmp_path / "store"))
     origin = BackendOrigin(LocalBackend(tmp_path / "origin")) if fetching else None
@@ -105,3 +113,39 @@ def test_an_owner_done_with_its_own_pieces_backs_up_stalled_owners(tmp_path: Pat
     assert fetched == expected
     assert len(expected) > 32 // (len(OTHERS) + 1)  # its own eight, and some it backs up
     assert holding.bytes_from["origin"] == len(expected) * PIECE
+
+
+async def _first_requests(tmp_path: Path, catch_up_lag: int) -> dict[str, list[int]]:
+    """The lanes of the requests a fresh daemon opens in its first round, per peer, when its
+    three fellow members each hold all 32 pieces and it holds none."""
+    manifest = _artifact(tmp_path, pieces=32)
+    ctx = _context(tmp_path, 60.0, manifest, others_hold=(1 << 32) - 1, catch_up_lag=catch_up_lag)
+    holding = Holding(manifest.id, manifest, ctx)
+    holding.want(None)
+    try:
+        holding._schedule()  # the fetch loop has not run yet: this is its first round
+        lanes: dict[str, list[int]] = {}
+        for transfers in holding.inflight.values():
+            for transfer in transfers:
+                lanes.setdefault(transfer.source, []).append(transfer.lane)
+        return lanes
+    finally:
+        await holding.stop()
+        ctx.close()
+
+
+def test_a_peer_behind_the_others_opens_twice_the_requests_on_two_lanes(tmp_path: Path) -> None:
+    lanes = asyncio.run(_first_requests(tmp_path, catch_up_lag=3))  # 32 pieces behind
+    config = DaemonConfig(("10.0.0.1", 7000), str(tmp_path))
+    assert set(lanes) == set(OTHERS)  # its upstream peers in a ring of four
+    each = config.per_peer_inflight
+    for peer_lanes in lanes.values():  # each lane pipelined as deep as a peer level has its one
+        assert sorted(peer_lanes) == [0] * each + [1] * each
+
+
+def test_a_peer_level_with_the_others_keeps_one_lane_each(tmp_path: Path) -> None:
+    lanes = asyncio.run(_first_requests(tmp_path, catch_up_lag=33))  # 32 behind: not enough
+    config = DaemonConfig(("10.0.0.1", 7000), str(tmp_path))
+    assert set(lanes) == set(OTHERS)
+    for peer_lanes in lanes.values():
+        assert peer_lanes == [0] * config.per_peer_inflight

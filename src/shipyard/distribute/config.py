@@ -46,6 +46,9 @@ class DaemonConfig:
     # holder's own downstream peers already fill (docs/distribution.md, "Why eight requests open").
     max_inflight: int = 8
     per_peer_inflight: int = 2  # requests open to one peer, pipelined on its lane
+    # Pieces behind the median live member at which a peer fetching a whole artifact catches
+    # up: twice the requests, on two connections to each peer (see `catch_up`).
+    catch_up_lag: int = 3
     origin_inflight: int = 1
     upload_slots: int = 4
     origin_replicas: int = 1
@@ -79,6 +82,7 @@ class DaemonConfig:
             "gossip_haves": self.gossip_haves,
             "max_inflight": self.max_inflight,
             "per_peer_inflight": self.per_peer_inflight,
+            "catch_up_lag": self.catch_up_lag,
             "origin_inflight": self.origin_inflight,
             "upload_slots": self.upload_slots,
             "origin_replicas": self.origin_replicas,

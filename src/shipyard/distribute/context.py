@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shipyard.distribute.catch_up import CATCH_UP_WIDTH
 from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.metrics import Metrics
@@ -41,12 +42,12 @@ class Context:
         self.array_rng = np.random.default_rng(self.rng.getrandbits(64))
         self.pool = Pool(self.config.per_peer_inflight + 1)
         self.lanes = Lanes(self.config.connect_timeout, self.config.idle_timeout)
-        # A thread per open request (peers and origin) and per upload slot (those kept for
-        # downstream peers too), plus room to store finished pieces, so a blocked transfer never
-        # delays writing a completed one.
+        # A thread per open request (peers, twice as many while catching up, and origin) and
+        # per upload slot (those kept for downstream peers too), plus room to store finished
+        # pieces, so a blocked transfer never delays writing a completed one.
         cfg = self.config
         uploads = cfg.upload_slots + cfg.mesh_degree
-        workers = cfg.max_inflight + cfg.origin_inflight + uploads + 2
+        workers = CATCH_UP_WIDTH * cfg.max_inflight + cfg.origin_inflight + uploads + 2
         self.transfers = ThreadPoolExecutor(workers, thread_name_prefix="transfer")
         self.metrics.set("shipyard_peer_blamed_peers", 0)
 

@@ -1,7 +1,7 @@
 """One artifact on one peer: which of its pieces are held, wanted and in flight, and the loop
-that fetches the missing ones: from its upstream peers in the mesh (see `relay`), one request
-open to each, rarest first; from any holder when no upstream peer has a piece in time; or, for
-pieces it owns, from the origin.
+that fetches the missing ones: from its upstream peers in the mesh (see `relay`), a lane of
+requests to each (two while catching up: see `catch_up`), rarest first; from any holder when no
+upstream peer has a piece in time; or, for pieces it owns, from the origin.
 
 A piece is stored only after its SHA-256 matches the manifest, and is served onward from that
 moment (pipelining). Pieces already on disk at start are never fetched again (resume).
@@ -18,8 +18,10 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from shipyard.distribute.catch_up import CATCH_UP_WIDTH, lane_for, pieces_behind
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
+from shipyard.distribute.hedging import hedges
 from shipyard.distribute.membership import HaveMap
 from shipyard.distribute.news import HaveNews
 from shipyard.distribute.origin_retries import OriginRetries
@@ -72,6 +74,7 @@ class Holding:
     _news: HaveNews = field(init=False)
     _origin_retries: OriginRetries = field(default_factory=OriginRetries)
     _runner: "asyncio.Task[None] | None" = None
+    _width: int = 1  # CATCH_UP_WIDTH while catching up (see `catch_up`), else 1
 
     def __post_init__(self) -> None:
         self.sizes = {}
@@ -197,11 +200,13 @@ class Holding:
         avail = self._availability()
         plan = self._plan(avail)
         now = time.monotonic()
+        behind = pieces_behind(avail, self.ctx.membership.me, self.held.bit_count())
+        self._width = CATCH_UP_WIDTH if self.full and behind >= self.ctx.config.catch_up_lag else 1
         todo = self._unassigned()
         free = self._free_peers(avail, now)
         # `per_peer_inflight` requests open to each upstream peer, pipelined on its lane, for
         # the rarest pieces it holds: one pick per peer per pass.
-        for _ in range(self.ctx.config.per_peer_inflight):
+        for _ in range(self._per_peer()):
             upstream = [p for p in plan.upstream if p in free]
             self.ctx.rng.shuffle(upstream)  # no peer always gets first pick of the rarest
             for index, upstream_peer in upstream_picks(todo, avail, upstream, self.ctx.array_rng):
@@ -219,7 +224,7 @@ class Holding:
             if not free:
                 break  # nobody left to ask: the rest of the pieces wait for the next round
             who = [p for p in avail.holders(index) if p in free]
-            peer = choose_peer(who, self.ctx.load, self.ctx.config.per_peer_inflight, self.ctx.rng)
+            peer = choose_peer(who, self.ctx.load, self._per_peer(), self.ctx.rng)
             if peer is not None:
                 self._ask(index, peer, free)
         self._fetch_owned_from_origin(todo, avail, plan)
@@ -228,16 +233,19 @@ class Holding:
     def _ask(self, index: int, peer: str, free: set[str]) -> None:
         """Request the piece of `peer`, keeping `free` to the peers that can take another
         request (empty once this peer has no request left to make)."""
-        if self._open_requests() >= self.ctx.config.max_inflight:
+        if self._open_requests() >= self.ctx.config.max_inflight * self._width:
             free.clear()
             return
         self._start(index, peer)
-        if self.ctx.load[peer] >= self.ctx.config.per_peer_inflight:
+        if self.ctx.load[peer] >= self._per_peer():
             free.discard(peer)
+
+    def _per_peer(self) -> int:
+        return self.ctx.config.per_peer_inflight * self._width
 
     def _free_peers(self, avail: Availability, now: float) -> set[str]:
         """Members this peer may send another request to right now."""
-        limit = self.ctx.config.per_peer_inflight
+        limit = self._per_peer()
         members = self.ctx.choosable(avail.members, now)
         return {m for m in members if self.ctx.load.get(m, 0) < limit}
 
@@ -272,23 +280,10 @@ class Holding:
         return self._relay[1]
 
     def _hedge(self, avail: Availability, endgame: bool) -> None:
-        """Duplicate slow requests onto another holder while slots are free (endgame: sooner)."""
-        cfg = self.ctx.config
-        patience = cfg.hedge_after / 4 if endgame else cfg.hedge_after
-        now = time.monotonic()
-        by_age = sorted(self.inflight.items(), key=lambda t: -t[1][0].age(now))
-        for index, transfers in by_age:
-            if self._open_requests() >= cfg.max_inflight:
-                return
-            if len(transfers) > 1 or transfers[0].age(now) < patience:
-                continue
-            busy = {t.source for t in transfers}
-            others = [m for m in avail.holders(index) if m not in busy]
-            others = self.ctx.choosable(others, now)
-            peer = choose_peer(others, self.ctx.load, cfg.per_peer_inflight, self.ctx.rng)
-            if peer is not None:
-                self.ctx.metrics.inc("shipyard_peer_hedged_requests_total")
-                self._start(index, peer)
+        budget = self.ctx.config.max_inflight - self._open_requests()
+        for index, peer in hedges(self.inflight, avail, self.ctx, budget, endgame):
+            self.ctx.metrics.inc("shipyard_peer_hedged_requests_total")
+            self._start(index, peer)
 
     def _open_requests(self) -> int:
         return sum(len(t) for t in self.inflight.values())
@@ -296,13 +291,16 @@ class Holding:
     def _start(self, index: int, source: str) -> None:
         self.ctx.load[source] = self.ctx.load.get(source, 0) + 1
         call = None if source == ORIGIN else PieceCall()
-        task = asyncio.get_running_loop().create_task(self._transfer(index, source, call))
-        self.inflight.setdefault(index, []).append(Transfer(source, time.monotonic(), call, task))
+        lanes = [t.lane for ts in self.inflight.values() for t in ts if t.source == source]
+        lane = lane_for(lanes, self._width > 1)
+        task = asyncio.get_running_loop().create_task(self._transfer(index, source, call, lane))
+        transfer = Transfer(source, time.monotonic(), call, task, lane)
+        self.inflight.setdefault(index, []).append(transfer)
 
-    async def _transfer(self, index: int, source: str, call: PieceCall | None) -> None:
+    async def _transfer(self, index: int, source: str, call: PieceCall | None, lane: int) -> None:
         piece_hash = self.hashes[index]
         try:
-            data = await self._download(index, source, call)
+            data = await self._download(index, source, call, lane)
             if self.has(index):
                 return  # a hedged twin won the race
             # Hashed and written off the event loop: a slow disk must not stall everything else.
@@ -338,14 +336,16 @@ class Holding:
             self.ctx.changed.set()
         self._stored(index, source, len(data))
 
-    async def _download(self, index: int, source: str, call: PieceCall | None) -> bytes | bytearray:
+    async def _download(
+        self, index: int, source: str, call: PieceCall | None, lane_index: int
+    ) -> bytes | bytearray:
         piece_hash = self.hashes[index]
         if call is None:
             assert self.ctx.origin is not None
             return await self._blocking(self.ctx.origin.get, piece_key(piece_hash))
         relay = self._relay is not None and source in self._relay[1].upstream
         header = piece_request(piece_hash, self.artifact, self.ctx.membership.me, self.held, relay)
-        lane = self.ctx.lanes(parse_address(source))
+        lane = self.ctx.lanes(parse_address(source), lane_index)
         try:
             reply, body = await self._blocking(lane.fetch, call, header)
         except asyncio.CancelledError:

@@ -94,6 +94,7 @@ class Transfer:
     started: float
     call: PieceCall | None  # None for the origin
     task: "asyncio.Task[None]"
+    lane: int = 0  # which of the connections to `source` carries it
 
     def age(self, now: float) -> float:
         """How long its bytes have been coming (a request queued on a lane is not late yet)."""
@@ -210,18 +211,19 @@ class Lane:
 
 
 class Lanes:
-    """The lane to each peer, made on first use."""
+    """The lanes to each peer, made on first use: one, or a second for a peer that is catching
+    up (see `catch_up`)."""
 
     def __init__(self, connect_timeout: float, idle_timeout: float) -> None:
         self._timeouts = connect_timeout, idle_timeout
-        self._lanes: dict[Address, Lane] = {}
+        self._lanes: dict[tuple[Address, int], Lane] = {}
         self._lock = threading.Lock()
 
-    def __call__(self, address: Address) -> Lane:
+    def __call__(self, address: Address, index: int = 0) -> Lane:
         with self._lock:
-            lane = self._lanes.get(address)
+            lane = self._lanes.get((address, index))
             if lane is None:
-                lane = self._lanes[address] = Lane(address, *self._timeouts)
+                lane = self._lanes[address, index] = Lane(address, *self._timeouts)
             return lane
 
     def close(self) -> None:
