@@ -292,7 +292,7 @@ class Holding:
         self.ctx.load[source] = self.ctx.load.get(source, 0) + 1
         call = None if source == ORIGIN else PieceCall()
         lanes = [t.lane for ts in self.inflight.values() for t in ts if t.source == source]
-        lane = lane_for(lanes, self._width > 1)
+        lane = lane_for(lanes, self._width > 1) if call else 0  # the origin has no lanes
         task = asyncio.get_running_loop().create_task(self._transfer(index, source, call, lane))
         transfer = Transfer(source, time.monotonic(), call, task, lane)
         self.inflight.setdefault(index, []).append(transfer)
