@@ -25,7 +25,7 @@ CATCH_UP_WIDTH = 2  # connections to each peer, and times the requests, while ca
 def pieces_behind(avail: Availability, me: str, held: int) -> float:
     """How many pieces `held` falls short of the median live holder other than `me` (0 when
     there is none)."""
-    counts = avail.matrix.sum(axis=1)
+    counts = avail.member_counts
     mine = avail.row(me)
     others = np.delete(counts, mine) if mine >= 0 else counts
     return float(np.median(others)) - held if len(others) else 0.0

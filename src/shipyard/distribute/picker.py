@@ -4,6 +4,7 @@ Rarest-first keeps every piece replicated as evenly as possible, so the loss of 
 removes no piece from the swarm and every uplink has something others want.
 """
 
+import functools
 import random
 from collections.abc import Mapping, Sequence
 
@@ -24,6 +25,12 @@ class Availability:
         self.matrix = np.unpackbits(rows, axis=1, count=pieces, bitorder="little").astype(bool)
         self.counts = self.matrix.sum(axis=0)
         self._rows = {m: i for i, m in enumerate(self.members)}
+
+    @functools.cached_property
+    def member_counts(self) -> npt.NDArray[np.intp]:
+        """Pieces each member holds, in `members` order: summed once per view, not per round."""
+        counts: npt.NDArray[np.intp] = self.matrix.sum(axis=1)
+        return counts
 
     def holders(self, index: int) -> list[str]:
         return [self.members[j] for j in np.flatnonzero(self.matrix[:, index])]
