@@ -71,7 +71,9 @@ class Rig:
            "burst", str(burst), "latency", f"{self.queue_ms}ms")  # fmt: skip
 
     def spawn(self, ns: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
-        """Start `args` inside `ns` in its own process group (so a kill takes its children)."""
+        """Start `args` inside `ns` in its own session (so a kill takes its children). A session
+        is also its own autogroup to the kernel's scheduler: when the cores are full, every host
+        gets an even share of them, however many threads it runs."""
         with open(log, "ab") as out:
             proc = subprocess.Popen(
                 ["ip", "netns", "exec", ns, *args],

@@ -115,12 +115,17 @@ def test_an_owner_done_with_its_own_pieces_backs_up_stalled_owners(tmp_path: Pat
     assert holding.bytes_from["origin"] == len(expected) * PIECE
 
 
-async def _first_requests(tmp_path: Path, catch_up_lag: int) -> dict[str, list[int]]:
-    """The lanes of the requests a fresh daemon opens in its first round, per peer, when its
-    three fellow members each hold all 32 pieces and it holds none."""
-    manifest = _artifact(tmp_path, pieces=32)
-    ctx = _context(tmp_path, 60.0, manifest, others_hold=(1 << 32) - 1, catch_up_lag=catch_up_lag)
+async def _first_requests(
+    tmp_path: Path, catch_up_lag: int, pieces: int = 32, others_hold: int = 0, held: int = 0
+) -> dict[str, list[int]]:
+    """The lane of each request a daemon fetching a whole artifact opens in its first round, by
+    peer, when its three fellow members hold the pieces in the bits `others_hold` (default: all)
+    and it holds those in `held`."""
+    manifest = _artifact(tmp_path, pieces=pieces)
+    others_hold = others_hold or (1 << pieces) - 1
+    ctx = _context(tmp_path, 60.0, manifest, others_hold=others_hold, catch_up_lag=catch_up_lag)
     holding = Holding(manifest.id, manifest, ctx)
+    holding.held = held
     holding.want(None)
     try:
         holding._schedule()  # the fetch loop has not run yet: this is its first round
@@ -149,3 +154,16 @@ def test_a_peer_level_with_the_others_keeps_one_lane_each(tmp_path: Path) -> Non
     assert set(lanes) == set(OTHERS)
     for peer_lanes in lanes.values():
         assert peer_lanes == [0] * config.per_peer_inflight
+
+
+def test_a_peer_ahead_of_the_others_keeps_one_request_fewer_on_each_lane(tmp_path: Path) -> None:
+    # The others hold pieces 0-39; this peer all but 32-39, 16 pieces ahead of them. Its eight
+    # missing pieces would fill the lanes three, three and two deep: yielding, two each.
+    ahead = ((1 << 64) - 1) & ~(0xFF << 32)
+    lanes = asyncio.run(
+        _first_requests(tmp_path, catch_up_lag=3, pieces=64, others_hold=(1 << 40) - 1, held=ahead)
+    )
+    config = DaemonConfig(("10.0.0.1", 7000), str(tmp_path))
+    assert set(lanes) == set(OTHERS)
+    for peer_lanes in lanes.values():
+        assert peer_lanes == [0] * (config.per_peer_inflight - 1)

@@ -43,11 +43,15 @@ class DaemonConfig:
     # Requests open in all, queued ones on a lane included: as many as the mesh lanes take
     # (`mesh_degree` x `per_peer_inflight`), so a request to a peer outside the mesh goes out
     # only when a lane has nothing to ask for. Each such request takes a share of an uplink its
-    # holder's own downstream peers already fill (docs/distribution.md, "Why eight requests open").
-    max_inflight: int = 8
-    per_peer_inflight: int = 2  # requests open to one peer, pipelined on its lane
+    # holder's own downstream peers already fill (docs/distribution.md, "Why twelve requests").
+    max_inflight: int = 12
+    # Requests open to one peer, pipelined on its lane. Three, because on a busy host the next
+    # request can take longer to reach the peer than a piece takes on the lane, and the peer's
+    # link must never wait for it (docs/distribution.md, "Why twelve requests").
+    per_peer_inflight: int = 3
     # Pieces behind the median live member at which a peer fetching a whole artifact catches
-    # up: twice the requests, on two connections to each peer (see `catch_up`).
+    # up (twice the requests, on two connections to each peer), and ahead of it at which it
+    # yields (one request fewer per peer): see `catch_up`.
     catch_up_lag: int = 3
     origin_inflight: int = 1
     upload_slots: int = 4

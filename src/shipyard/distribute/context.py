@@ -46,7 +46,7 @@ class Context:
         # per upload slot (those kept for downstream peers too), plus room to store finished
         # pieces, so a blocked transfer never delays writing a completed one.
         cfg = self.config
-        uploads = cfg.upload_slots + cfg.mesh_degree
+        uploads = cfg.upload_slots + CATCH_UP_WIDTH * cfg.mesh_degree
         workers = CATCH_UP_WIDTH * cfg.max_inflight + cfg.origin_inflight + uploads + 2
         self.transfers = ThreadPoolExecutor(workers, thread_name_prefix="transfer")
         self.metrics.set("shipyard_peer_blamed_peers", 0)

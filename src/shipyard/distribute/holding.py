@@ -18,7 +18,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from shipyard.distribute.catch_up import CATCH_UP_WIDTH, lane_for, pieces_behind
+from shipyard.distribute.catch_up import Pace, lane_for, pace, pieces_behind
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
 from shipyard.distribute.hedging import hedges
@@ -74,7 +74,7 @@ class Holding:
     _news: HaveNews = field(init=False)
     _origin_retries: OriginRetries = field(default_factory=OriginRetries)
     _runner: "asyncio.Task[None] | None" = None
-    _width: int = 1  # CATCH_UP_WIDTH while catching up (see `catch_up`), else 1
+    _pace: Pace = field(init=False)  # how many requests to keep open (see `catch_up`)
 
     def __post_init__(self) -> None:
         self.sizes = {}
@@ -84,6 +84,7 @@ class Holding:
         self.hashes = list(self.sizes)
         self._seen_at = np.full(len(self.hashes), np.inf)
         self._news = HaveNews(self.ctx, self.artifact, lambda: self.held)
+        self._pace = pace(self.ctx.config, 0.0)
 
     # What this peer holds and wants
 
@@ -201,12 +202,12 @@ class Holding:
         plan = self._plan(avail)
         now = time.monotonic()
         behind = pieces_behind(avail, self.ctx.membership.me, self.held.bit_count())
-        self._width = CATCH_UP_WIDTH if self.full and behind >= self.ctx.config.catch_up_lag else 1
+        self._pace = pace(self.ctx.config, behind if self.full else 0.0)
         todo = self._unassigned()
         free = self._free_peers(avail, now)
-        # `per_peer_inflight` requests open to each upstream peer, pipelined on its lane, for
-        # the rarest pieces it holds: one pick per peer per pass.
-        for _ in range(self._per_peer()):
+        # The pace's requests open to each upstream peer, pipelined on its lane, for the rarest
+        # pieces it holds: one pick per peer per pass.
+        for _ in range(self._pace.per_peer):
             upstream = [p for p in plan.upstream if p in free]
             self.ctx.rng.shuffle(upstream)  # no peer always gets first pick of the rarest
             for index, upstream_peer in upstream_picks(todo, avail, upstream, self.ctx.array_rng):
@@ -224,7 +225,7 @@ class Holding:
             if not free:
                 break  # nobody left to ask: the rest of the pieces wait for the next round
             who = [p for p in avail.holders(index) if p in free]
-            peer = choose_peer(who, self.ctx.load, self._per_peer(), self.ctx.rng)
+            peer = choose_peer(who, self.ctx.load, self._pace.per_peer, self.ctx.rng)
             if peer is not None:
                 self._ask(index, peer, free)
         self._fetch_owned_from_origin(todo, avail, plan)
@@ -233,19 +234,16 @@ class Holding:
     def _ask(self, index: int, peer: str, free: set[str]) -> None:
         """Request the piece of `peer`, keeping `free` to the peers that can take another
         request (empty once this peer has no request left to make)."""
-        if self._open_requests() >= self.ctx.config.max_inflight * self._width:
+        if self._open_requests() >= self._pace.total:
             free.clear()
             return
         self._start(index, peer)
-        if self.ctx.load[peer] >= self._per_peer():
+        if self.ctx.load[peer] >= self._pace.per_peer:
             free.discard(peer)
-
-    def _per_peer(self) -> int:
-        return self.ctx.config.per_peer_inflight * self._width
 
     def _free_peers(self, avail: Availability, now: float) -> set[str]:
         """Members this peer may send another request to right now."""
-        limit = self._per_peer()
+        limit = self._pace.per_peer
         members = self.ctx.choosable(avail.members, now)
         return {m for m in members if self.ctx.load.get(m, 0) < limit}
 
@@ -280,7 +278,9 @@ class Holding:
         return self._relay[1]
 
     def _hedge(self, avail: Availability, endgame: bool) -> None:
-        budget = self.ctx.config.max_inflight - self._open_requests()
+        # Within the steady number of requests: not a second share for a peer catching up (its
+        # second lanes are that), nor beyond its pace for one yielding.
+        budget = min(self.ctx.config.max_inflight, self._pace.total) - self._open_requests()
         for index, peer in hedges(self.inflight, avail, self.ctx, budget, endgame):
             self.ctx.metrics.inc("shipyard_peer_hedged_requests_total")
             self._start(index, peer)
@@ -292,7 +292,7 @@ class Holding:
         self.ctx.load[source] = self.ctx.load.get(source, 0) + 1
         call = None if source == ORIGIN else PieceCall()
         lanes = [t.lane for ts in self.inflight.values() for t in ts if t.source == source]
-        lane = lane_for(lanes, self._width > 1) if call else 0  # the origin has no lanes
+        lane = lane_for(lanes, self._pace.lanes) if call else 0  # the origin has no lanes
         task = asyncio.get_running_loop().create_task(self._transfer(index, source, call, lane))
         transfer = Transfer(source, time.monotonic(), call, task, lane)
         self.inflight.setdefault(index, []).append(transfer)

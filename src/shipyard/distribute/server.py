@@ -12,6 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+from shipyard.distribute.catch_up import CATCH_UP_WIDTH
 from shipyard.distribute.context import Context
 from shipyard.distribute.membership import encode_bits
 from shipyard.distribute.transfer import send_piece
@@ -72,7 +73,7 @@ class Server:
         self.known = {"piece", "manifest", *ops}
         limit = ctx.config.upload_limit_bps
         self.throttle = Throttle(limit) if limit else None
-        self.uploads = 0
+        self.uploads = {True: 0, False: 0}  # open, by whether for a downstream peer
         self.connections: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
@@ -115,15 +116,18 @@ class Server:
             if op == "piece":
                 # A few upload slots, like BitTorrent's unchoke slots: a full peer says so at
                 # once, so requesters spread over other holders instead of queueing on one uplink.
+                # Downstream peers in the mesh have slots of their own, one per lane they may
+                # open, which no other request can take.
                 cfg = self.ctx.config
-                slots = cfg.upload_slots + (cfg.mesh_degree if header.get("relay") is True else 0)
-                if self.uploads >= slots:
-                    raise PeerBusy(f"all {self.uploads} upload slots are in use")
-                self.uploads += 1
+                relay = header.get("relay") is True
+                slots = cfg.mesh_degree * CATCH_UP_WIDTH if relay else cfg.upload_slots
+                if self.uploads[relay] >= slots:
+                    raise PeerBusy(f"all {slots} upload slots are in use")
+                self.uploads[relay] += 1
                 try:
                     await self._piece(header, writer)
                 finally:
-                    self.uploads -= 1
+                    self.uploads[relay] -= 1
             elif op == "manifest":
                 data = await asyncio.to_thread(
                     self.ctx.store.backend.get, manifest_key(str(header["id"]))
