@@ -39,6 +39,12 @@ class Pace:
     total: int
 
 
+def downstream_upload_slots(config: DaemonConfig) -> int:
+    """Upload slots a peer keeps for its downstream peers in the mesh: one for each lane they may
+    open to it, two each while catching up."""
+    return config.mesh_degree * CATCH_UP_WIDTH
+
+
 def pace(config: DaemonConfig, behind: float) -> Pace:
     """The pace of a peer fetching a whole artifact `behind` pieces behind the median live
     member (negative: ahead of it)."""

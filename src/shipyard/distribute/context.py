@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shipyard.distribute.catch_up import CATCH_UP_WIDTH
+from shipyard.distribute.catch_up import CATCH_UP_WIDTH, downstream_upload_slots
 from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.metrics import Metrics
@@ -46,7 +46,7 @@ class Context:
         # per upload slot (those kept for downstream peers too), plus room to store finished
         # pieces, so a blocked transfer never delays writing a completed one.
         cfg = self.config
-        uploads = cfg.upload_slots + CATCH_UP_WIDTH * cfg.mesh_degree
+        uploads = cfg.upload_slots + downstream_upload_slots(cfg)
         workers = CATCH_UP_WIDTH * cfg.max_inflight + cfg.origin_inflight + uploads + 2
         self.transfers = ThreadPoolExecutor(workers, thread_name_prefix="transfer")
         self.metrics.set("shipyard_peer_blamed_peers", 0)

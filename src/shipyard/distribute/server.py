@@ -12,7 +12,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from shipyard.distribute.catch_up import CATCH_UP_WIDTH
+from shipyard.distribute.catch_up import downstream_upload_slots
 from shipyard.distribute.context import Context
 from shipyard.distribute.membership import encode_bits
 from shipyard.distribute.transfer import send_piece
@@ -120,7 +120,7 @@ class Server:
                 # open, which no other request can take.
                 cfg = self.ctx.config
                 relay = header.get("relay") is True
-                slots = cfg.mesh_degree * CATCH_UP_WIDTH if relay else cfg.upload_slots
+                slots = downstream_upload_slots(cfg) if relay else cfg.upload_slots
                 if self.uploads[relay] >= slots:
                     raise PeerBusy(f"all {slots} upload slots are in use")
                 self.uploads[relay] += 1
