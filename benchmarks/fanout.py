@@ -305,10 +305,9 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
         if restart_at and now >= restart_at[0]:
             for host in restart_at[1]:
                 host.resumed_from = len(run.held(host))
-                # The seeds are dead: a host that comes back joins through any live peers.
-                live_now = [h for h in run.hosts if h.name not in run.dead]
-                joins = rng.sample(live_now, min(3, len(live_now)))
-                start_daemon(rig, host, joins, origin_url, daemon_flags(args))
+                # As a supervisor would: the same command line, so its seeds are dead (unless
+                # it is one itself, back too) and it rejoins through the members it remembers.
+                start_daemon(rig, host, run.seeds, origin_url, daemon_flags(args))
                 if args.boost_restarted:  # its own session, so its own autogroup (see `spawn`)
                     assert host.proc is not None
                     Path(f"/proc/{host.proc.pid}/autogroup").write_text("-15")

@@ -210,3 +210,33 @@ def test_a_slow_peer_is_hedged_around(
     # Requests stuck on the slow uplink were duplicated onto the fast peer, which won them.
     assert host.metrics()["shipyard_peer_hedged_requests_total"] >= 1
     assert slow.metrics().get("shipyard_peer_bytes_sent_total", 0) < manifest.size / 2
+
+
+def test_a_host_restarted_after_its_seeds_died_rejoins_through_members_it_knew(
+    cluster: Any, origin: tuple[Path, Manifest], tmp_path: Path
+) -> None:
+    """Brought back with its unchanged command line, as a supervisor would, the host's only seed
+    is dead for good. Nobody else dials it either (it is dead in their views), so it must find the
+    swarm through the members it knew before it died."""
+    store, manifest = origin
+    seeder = cluster.seeder("seed", [], store, "--upload-limit-mbit", "16")
+    seeder.start()
+    backup = cluster.seeder("backup", [seeder.address], store, "--upload-limit-mbit", "16")
+    backup.start()
+    host = cluster.peer("host", [seeder.address]).start()
+    wait_until(lambda: host.metrics()["shipyard_peer_members_alive"] == 2)
+    cli = [sys.executable, "-m", "shipyard.cli.main", "pull", manifest.id, "--peer", host.address]
+    puller = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_until(lambda: len(host.pieces_on_disk()) >= 4)
+    puller.kill()
+    host.kill()
+    seeder.kill()
+    before = host.pieces_on_disk()
+    total = len({p.hash for f in manifest.files for p in f.pieces})
+    assert len(before) < total
+
+    host.start()
+    wait_until(lambda: len(host.pieces_on_disk()) == total, timeout=30)
+    assert host.metrics()['shipyard_peer_pieces_received_total{source="peer"}'] == total - len(
+        before
+    )

@@ -8,7 +8,8 @@ import os
 import secrets
 import signal
 import sys
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -16,6 +17,7 @@ from urllib.parse import unquote, urlparse
 from shipyard.distribute.config import DaemonConfig, format_address, parse_address
 from shipyard.distribute.context import Context
 from shipyard.distribute.holding import Holding
+from shipyard.distribute.known_members import KnownMembers
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.origin import open_origin
 from shipyard.distribute.server import Server, use_congestion_control
@@ -52,8 +54,9 @@ class PeerDaemon:
         )
         self.holdings: dict[str, Holding] = {}
         self.wants = WantLog(self.ctx.store.backend)
+        self.known_members = KnownMembers(self.ctx.store.backend, self.ctx.rng)
         self._wants_written = asyncio.Lock()  # records written in the order of the news
-        self._writes: set[asyncio.Task[None]] = set()
+        self._writes: set[asyncio.Task[None]] = set()  # store writes under way
         # Sent with fetch and status replies: a client that sees it change knows the daemon
         # restarted since it asked, and has forgotten what it was asked to fetch.
         self.boot = secrets.token_hex(8)
@@ -84,6 +87,10 @@ class PeerDaemon:
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             raise InvalidInput(f"cannot listen on {format_address(listen)}: {reason}") from None
         self._choose_congestion_control(self._server)
+        if remembered := await asyncio.to_thread(self.known_members.load):
+            self.ctx.membership.remember(remembered)
+            me = self.ctx.config.me
+            print(f"peer {me}: remembering {len(remembered)} members of its last run", flush=True)
         self.ctx.membership.beat(self._haves())
         self._gossiper = asyncio.get_running_loop().create_task(self._gossip_loop())
         await self._resume_wants()
@@ -217,7 +224,10 @@ class PeerDaemon:
             self.ctx.transfers.submit(self.ctx.origin.warm)
 
     def _note_wants(self, holding: Holding) -> None:
-        task = asyncio.get_running_loop().create_task(self._write_wants(holding))
+        self._write_in_background(self._write_wants(holding))
+
+    def _write_in_background(self, write: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(write)
         self._writes.add(task)  # the loop keeps only a weak reference
         task.add_done_callback(self._writes.discard)
 
@@ -278,10 +288,18 @@ class PeerDaemon:
         loop = asyncio.get_running_loop()
         while True:
             self.ctx.membership.beat(self._haves())
+            if members := self.known_members.to_save(self.ctx.membership.alive(), time.monotonic()):
+                self._write_in_background(self._save_known_members(members))
             for target in self.ctx.membership.gossip_targets(cfg.gossip_fanout, self.ctx.rng):
                 if target not in self._exchanges:  # at most one exchange open per member
                     self._exchanges[target] = loop.create_task(self._gossip_with(target))
             await asyncio.sleep(cfg.gossip_interval * self.ctx.rng.uniform(0.8, 1.2))
+
+    async def _save_known_members(self, members: list[str]) -> None:
+        try:
+            await asyncio.to_thread(self.known_members.save, members)
+        except (ShipyardError, OSError) as exc:  # costs only a quick rejoin after a restart
+            print(f"peer {self.ctx.config.me}: known members: {exc}", file=sys.stderr, flush=True)
 
     async def _gossip_with(self, member: str) -> None:
         try:

@@ -5,7 +5,8 @@ restarted process outranks its previous life) and, per artifact, whether it want
 which pieces it holds. Peers exchange their views push-pull with a few random members each round;
 a record with a higher heartbeat replaces the older one. A member whose heartbeat has not advanced
 locally for `dead_after` seconds, or that refused a connection since, is treated as gone until
-news of it arrives.
+news of it arrives. So nobody dials a member that died and came back: it must speak first, to a
+seed or to a member it remembers from its previous run (`remember`).
 
 A restarted process whose clock went back would be taken for old news until its clock caught up.
 So a peer that remembers a higher heartbeat for a member than the member is sending puts that
@@ -95,6 +96,7 @@ class Membership:
         self.haves_per_view = haves_per_view
         self._rng = rng or random.Random()
         self.seeds = [s for s in seeds if s != me]
+        self.remembered: list[str] = []  # members a previous run of this daemon knew alive
         self.dead_after = dead_after
         self.clock = clock
         self.records: dict[str, Record] = {}
@@ -212,13 +214,22 @@ class Membership:
     def _encodings(record: Record) -> tuple[Any, Any]:
         return encode_record(record), encode_record(record, with_bits=False)
 
+    def remember(self, members: Iterable[str]) -> None:
+        """Members a previous run of this daemon knew alive (see `known_members`): dialled,
+        besides the seeds, while this peer knows fewer live members than it gossips with."""
+        self.remembered = [m for m in members if m != self.me and m not in self.seeds]
+
     def gossip_targets(self, fanout: int, rng: random.Random) -> list[str]:
-        """A few random live members, plus a seed while this peer knows too few of them."""
+        """A few random live members, plus a seed while this peer knows too few of them, and as
+        many remembered members as it lacks while it knows fewer than `fanout`."""
         alive = self.alive()
         targets = rng.sample(alive, min(fanout, len(alive)))
         unknown_seeds = [s for s in self.seeds if s not in targets and not self.is_alive(s)]
         if unknown_seeds and len(alive) < fanout + len(self.seeds):
             targets.append(rng.choice(unknown_seeds))
+        if len(alive) < fanout:
+            unknown = [m for m in self.remembered if m not in targets and not self.is_alive(m)]
+            targets += rng.sample(unknown, min(fanout - len(alive), len(unknown)))
         return targets
 
     def _forget(self) -> None:
