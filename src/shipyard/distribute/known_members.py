@@ -24,7 +24,7 @@ KEY = "members/known"
 # Enough that some are alive after any outage the swarm survives; few enough to stay one small
 # write however large the swarm.
 KEEP = 32
-SAVE_EVERY = 5.0  # seconds between saves at most, while the live members keep changing
+SAVE_EVERY = 5.0  # seconds between saves at most
 
 
 class KnownMembers:
@@ -35,14 +35,21 @@ class KnownMembers:
         self._saved_at = -math.inf
 
     def to_save(self, alive: Collection[str], now: float) -> list[str] | None:
-        """The members to save now (a random `KEEP` of `alive`), or None when no save is due:
-        nobody known yet (a restart must not forget the members it remembers), no change, or
-        the last save less than `SAVE_EVERY` ago. A returned sample counts as saved."""
+        """The members to save now, or None when no save is due. A save is due when the last
+        one, at least `SAVE_EVERY` ago, holds fewer live members than it could: some died, or
+        more are known and it kept fewer than `KEEP`. The live ones stay, so a large swarm's
+        churn seldom costs a write, and nothing is saved before any member is known (a restart
+        must not forget the members it remembers). A returned list counts as saved."""
         members = frozenset(alive)
-        if not members or members == self._saved or now - self._saved_at < SAVE_EVERY:
+        kept = self._saved & members
+        if len(kept) >= min(KEEP, len(members)) or now - self._saved_at < SAVE_EVERY:
             return None
-        self._saved, self._saved_at = members, now
-        return sorted(self.rng.sample(sorted(members), min(KEEP, len(members))))
+        newcomers = sorted(members - kept)
+        chosen = sorted(
+            kept | set(self.rng.sample(newcomers, min(KEEP - len(kept), len(newcomers))))
+        )
+        self._saved, self._saved_at = frozenset(chosen), now
+        return chosen
 
     def save(self, members: list[str]) -> None:
         """Replace the saved members with `members`."""
