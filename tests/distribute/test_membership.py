@@ -5,6 +5,7 @@ import random
 import numpy as np
 
 from shipyard.distribute.membership import HaveMap, Membership, encode_bits
+from shipyard.distribute.origin_stall import STALL_AFTER, OriginStall
 from shipyard.distribute.picker import Availability, choose_peer, rarest_first, upstream_picks
 from shipyard.distribute.relay import RelayPlan, mesh_offsets, owner_lists
 
@@ -158,6 +159,21 @@ def test_a_backup_takes_the_far_end_of_a_slower_owners_list() -> None:
     assert plan.backup_pick(everything, nowhere) is None
     nowhere[owner[at - 2]] = True
     assert plan.backup_pick(everything[everything != pick[0]], nowhere) is None  # in flight
+    # Unless the origin's pieces have stopped reaching the swarm: then even an owner's last.
+    nowhere[:] = False
+    nowhere[pick[0]] = True
+    assert plan.origin_picks(everything, nowhere) == []
+    assert plan.origin_picks(everything, nowhere, stalled=True) == pick
+
+
+def test_the_origin_counts_as_stalled_once_no_piece_left_nowhere_for_a_while() -> None:
+    stall = OriginStall()
+    assert not stall.stalled(10, now=0.0)
+    assert not stall.stalled(10, now=STALL_AFTER - 0.1)
+    assert not stall.stalled(9, now=STALL_AFTER)  # a piece reached the swarm: the wait restarts
+    assert not stall.stalled(11, now=STALL_AFTER + 1)  # a failed piece back in the set is no news
+    assert stall.stalled(11, now=2 * STALL_AFTER)
+    assert not stall.stalled(0, now=3 * STALL_AFTER)  # nothing nowhere: nothing to stall
 
 
 def test_rarest_first_and_least_loaded_peer() -> None:

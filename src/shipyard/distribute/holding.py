@@ -25,6 +25,7 @@ from shipyard.distribute.hedging import hedges
 from shipyard.distribute.membership import HaveMap
 from shipyard.distribute.news import HaveNews
 from shipyard.distribute.origin_retries import OriginRetries
+from shipyard.distribute.origin_stall import OriginStall
 from shipyard.distribute.picker import (
     Availability,
     choose_peer,
@@ -63,16 +64,15 @@ class Holding:
     origin_after: float = 0.0
     presume_all_until: float = 0.0  # until then every live member counts as wanting it all
     on_done: Callable[["Holding"], None] | None = None  # called once every wanted piece is held
-    # Why this peer's own store refused a piece (disk full, say): no fetching till the next want.
-    store_error: str | None = None
+    store_error: str | None = None  # why this peer's store refused a piece: no fetch till a want
     _wanted_bits: int = 0
     _relay: tuple[tuple[str, ...], RelayPlan] | None = None
     _avail: tuple[tuple[int, int, int], Availability] | None = None
-    # When each missing piece was first seen held by some peer (inf: not yet): the relay
-    # patience runs from then.
+    # When each missing piece was first seen held somewhere (inf: not yet): relay patience's start.
     _seen_at: npt.NDArray[np.float64] = field(init=False)
     _news: HaveNews = field(init=False)
     _origin_retries: OriginRetries = field(default_factory=OriginRetries)
+    _origin_stall: OriginStall = field(default_factory=OriginStall)
     _runner: "asyncio.Task[None] | None" = None
     _pace: Pace = field(init=False)  # how many requests to keep open (see `catch_up`)
 
@@ -259,7 +259,8 @@ class Holding:
         nowhere = avail.counts == 0
         nowhere[piece_indexes(self.held, len(self.hashes))] = False
         nowhere[self._origin_retries.waiting(now)] = False  # the origin failed them lately
-        for index in plan.origin_picks(todo, nowhere)[:free]:  # `todo`: none in flight
+        stalled = self._origin_stall.stalled(int(nowhere.sum()), now)
+        for index in plan.origin_picks(todo, nowhere, stalled)[:free]:  # `todo`: none in flight
             self._start(index, ORIGIN)
 
     def _plan(self, avail: Availability) -> RelayPlan:

@@ -167,27 +167,32 @@ class RelayPlan:
         self.first_owner = np.array([chosen[0] for chosen in owners_of], dtype=np.intp)
         self.backed_mask = np.array([backup == mine_at for backup in backups], dtype=bool)
 
-    def origin_picks(self, todo: npt.NDArray[np.intp], nowhere: npt.NDArray[np.bool_]) -> list[int]:
+    def origin_picks(
+        self, todo: npt.NDArray[np.intp], nowhere: npt.NDArray[np.bool_], stalled: bool = False
+    ) -> list[int]:
         """Pieces to fetch from the origin, first first, of those nobody holds (`nowhere`)
         and this peer may start (`todo`, in index order): its own, in order; once none is
         left, one it backs up (`backup_pick`)."""
         own: list[int] = todo[self.owned_mask[todo] & nowhere[todo]].tolist()
         if own:
             return own
-        backup = self.backup_pick(todo, nowhere)
+        backup = self.backup_pick(todo, nowhere, 0 if stalled else BACKUP_KEEP)
         return [] if backup is None else [backup]
 
-    def backup_pick(self, todo: npt.NDArray[np.intp], nowhere: npt.NDArray[np.bool_]) -> int | None:
+    def backup_pick(
+        self, todo: npt.NDArray[np.intp], nowhere: npt.NDArray[np.bool_], keep: int = BACKUP_KEEP
+    ) -> int | None:
         """Of the pieces this peer backs up, the one furthest down its owner's list (owners
-        work through theirs from the front), leaving the owner at least `BACKUP_KEEP` pieces
-        before it so that the two do not fetch the same one; None if there is no such piece."""
+        work through theirs from the front), leaving the owner at least `keep` pieces before
+        it so that the two do not fetch the same one (none once the origin's pieces have
+        stopped reaching the swarm: see `origin_stall`); None if there is no such piece."""
         pieces = np.flatnonzero(nowhere)
         owners = self.first_owner[pieces]
         order = np.lexsort((pieces, owners))  # grouped by owner, each in the owner's order
         grouped = owners[order]
         position = np.empty(len(pieces), dtype=np.intp)
         position[order] = np.arange(len(pieces)) - np.searchsorted(grouped, grouped)
-        eligible = self.backed_mask[pieces] & (position >= BACKUP_KEEP) & np.isin(pieces, todo)
+        eligible = self.backed_mask[pieces] & (position >= keep) & np.isin(pieces, todo)
         if not eligible.any():
             return None
         return int(pieces[np.argmax(np.where(eligible, position, -1))])
