@@ -305,8 +305,8 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
         if restart_at and now >= restart_at[0]:
             for host in restart_at[1]:
                 host.resumed_from = len(run.held(host))
-                # As a supervisor would: the same command line, so its seeds are dead (unless
-                # it is one itself, back too) and it rejoins through the members it remembers.
+                # As a supervisor would: the same command line. Its seeds are dead, unless one
+                # came back with it, so it rejoins through the members it remembers.
                 start_daemon(rig, host, run.seeds, origin_url, daemon_flags(args))
                 if args.boost_restarted:  # its own session, so its own autogroup (see `spawn`)
                     assert host.proc is not None

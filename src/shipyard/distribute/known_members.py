@@ -28,6 +28,8 @@ SAVE_EVERY = 5.0  # seconds between saves at most
 
 
 class KnownMembers:
+    """One daemon's saved members, and when to save them again."""
+
     def __init__(self, backend: Backend, rng: random.Random) -> None:
         self.backend = backend
         self.rng = rng
@@ -62,7 +64,11 @@ class KnownMembers:
         except NotFound:
             return []
         except ValueError as exc:
-            print(f"known members {KEY}: {exc}; joining through the seeds alone", file=sys.stderr)
+            print(
+                f"known members {KEY}: {exc}; joining through the seeds alone",
+                file=sys.stderr,
+                flush=True,
+            )
             return []
 
 

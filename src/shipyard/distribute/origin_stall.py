@@ -5,7 +5,7 @@ A backup leaves an owner the front of its list (`relay.BACKUP_KEEP`) so that the
 the same piece. But an owner can be slow to the very end: in a `--chaos` run a restarted host,
 catching up on 70% of the artifact, came back as a gateway, and its one origin flow, sharing its
 downlink with a dozen peer flows, took about 5 s for each of its last two pieces. Every other
-piece had been in the swarm for 3 s, and every surviving host waited on those two until 34 s.
+piece had reached the swarm by 24.4 s; every surviving host waited on those two until 34 s.
 Once no piece has left the swarm's nowhere set for `STALL_AFTER` seconds, backups take the kept
 pieces too: at most `BACKUP_KEEP` extra origin pieces per stalled owner, and only once the
 origin's pieces have stopped arriving anyway.

@@ -172,7 +172,8 @@ class RelayPlan:
     ) -> list[int]:
         """Pieces to fetch from the origin, first first, of those nobody holds (`nowhere`)
         and this peer may start (`todo`, in index order): its own, in order; once none is
-        left, one it backs up (`backup_pick`)."""
+        left, one it backs up (`backup_pick`, which takes an owner's front pieces too once the
+        origin has `stalled`)."""
         own: list[int] = todo[self.owned_mask[todo] & nowhere[todo]].tolist()
         if own:
             return own
