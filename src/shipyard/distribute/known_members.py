@@ -42,9 +42,11 @@ class KnownMembers:
         more are known and it kept fewer than `KEEP`. The live ones stay, so a large swarm's
         churn seldom costs a write, and nothing is saved before any member is known (a restart
         must not forget the members it remembers). A returned list counts as saved."""
+        if now - self._saved_at < SAVE_EVERY:  # most gossip ticks: no set work at all
+            return None
         members = frozenset(alive)
         kept = self._saved & members
-        if len(kept) >= min(KEEP, len(members)) or now - self._saved_at < SAVE_EVERY:
+        if len(kept) >= min(KEEP, len(members)):
             return None
         newcomers = sorted(members - kept)
         chosen = sorted(
