@@ -20,22 +20,22 @@ def test_saves_round_trip_and_keep_a_bounded_sample(tmp_path: Path) -> None:
     assert known.load() == members
 
 
-def test_a_save_is_due_only_when_the_last_one_lost_live_members_it_could_keep(
+def test_a_save_is_due_at_once_while_it_grows_and_now_and_then_once_saved_members_die(
     tmp_path: Path,
 ) -> None:
     known = KnownMembers(LocalBackend(tmp_path), random.Random(1))
     assert known.to_save([], now=0.0) is None  # nobody known yet: keep what a restart remembers
     assert known.to_save(["a:1"], now=0.0) == ["a:1"]
-    assert known.to_save(["a:1", "b:1"], now=SAVE_EVERY / 2) is None  # too soon
-    assert known.to_save(["a:1"], now=SAVE_EVERY) is None  # unchanged
-    assert known.to_save(["b:1", "a:1"], now=SAVE_EVERY) == ["a:1", "b:1"]  # room for more
-    swarm = [f"m{i}:1" for i in range(2 * KEEP)]
-    first = known.to_save(swarm, now=2 * SAVE_EVERY)
+    assert known.to_save(["a:1", "b:1"], now=0.1) == ["a:1", "b:1"]  # grew: saved at once
+    assert known.to_save(["b:1", "a:1"], now=0.2) is None  # unchanged
+    swarm = ["a:1", "b:1"] + [f"m{i}:1" for i in range(2 * KEEP)]
+    first = known.to_save(swarm, now=0.3)
     assert first is not None and len(first) == KEEP
     unsaved = [m for m in swarm if m not in first]
-    assert known.to_save(unsaved[1:] + first, now=3 * SAVE_EVERY) is None  # churn elsewhere
+    assert known.to_save(unsaved[1:] + first, now=0.4) is None  # churn elsewhere
     survivors = first[1:]
-    second = known.to_save(survivors + unsaved, now=4 * SAVE_EVERY)  # a saved member died
+    assert known.to_save(survivors + unsaved, now=SAVE_EVERY / 2) is None  # a saved one died
+    second = known.to_save(survivors + unsaved, now=0.3 + SAVE_EVERY)
     assert second is not None and len(second) == KEEP and set(survivors) < set(second)
 
 

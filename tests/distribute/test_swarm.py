@@ -224,7 +224,8 @@ def test_a_host_restarted_after_its_seeds_died_rejoins_through_members_it_knew(
     backup = cluster.seeder("backup", [seeder.address], store, "--upload-limit-mbit", "16")
     backup.start()
     host = cluster.peer("host", [seeder.address]).start()
-    wait_until(lambda: host.metrics()["shipyard_peer_members_alive"] == 2)
+    known = host.store / "members" / "known"  # written within a gossip tick of meeting a member
+    wait_until(lambda: known.exists() and backup.address in known.read_text())
     cli = [sys.executable, "-m", "shipyard.cli.main", "pull", manifest.id, "--peer", host.address]
     puller = subprocess.Popen(cli, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_until(lambda: len(host.pieces_on_disk()) >= 4)

@@ -24,7 +24,7 @@ KEY = "members/known"
 # Enough that some are alive after any outage the swarm survives; few enough to stay one small
 # write however large the swarm.
 KEEP = 32
-SAVE_EVERY = 5.0  # seconds between saves at most
+SAVE_EVERY = 5.0  # seconds between saves that replace members who died
 
 
 class KnownMembers:
@@ -38,16 +38,17 @@ class KnownMembers:
 
     def to_save(self, alive: Collection[str], now: float) -> list[str] | None:
         """The members to save now, or None when no save is due. A save is due when the last
-        one, at least `SAVE_EVERY` ago, holds fewer live members than it could: some died, or
-        more are known and it kept fewer than `KEEP`. The live ones stay, so a large swarm's
-        churn seldom costs a write, and nothing is saved before any member is known (a restart
-        must not forget the members it remembers). A returned list counts as saved."""
-        if now - self._saved_at < SAVE_EVERY:  # most gossip ticks: no set work at all
-            return None
+        one holds fewer live members than it could: at once while it only grows (a host killed
+        seconds after joining must remember whom it met), and at most every `SAVE_EVERY` seconds
+        once saved members have died, keeping the live ones, so a large swarm's churn seldom
+        costs a write. Nothing is saved before any member is known (a restart must not forget
+        the members it remembers). A returned list counts as saved."""
         members = frozenset(alive)
         kept = self._saved & members
         if len(kept) >= min(KEEP, len(members)):
             return None
+        if kept != self._saved and now - self._saved_at < SAVE_EVERY:
+            return None  # saved members died: replaced, but not on every tick of churn
         newcomers = sorted(members - kept)
         chosen = sorted(
             kept | set(self.rng.sample(newcomers, min(KEEP - len(kept), len(newcomers))))
