@@ -3,14 +3,15 @@ and compare Shipyard's swarm with every host downloading straight from the origi
 
     sudo .venv/bin/python benchmarks/fanout.py [--hosts 16] [--rate-mbit 100] [--size-mib 256]
         [--chaos [--boost-restarted]] [--chaos-origin] [--origin-gateways N]
-        [--baseline-size-mib S] [--no-baseline] [--no-aria2] [--keep]
+        [--baseline-size-mib S] [--no-baseline] [--no-aria2] [--trace] [--keep]
 
 Prints progress on stderr and, last, one JSON line: value = T_shipyard / (S/B), baseline =
 T_origin / (S/B), ratio = baseline / value (the speed-up), origin_bytes_ratio = piece bytes the
 origin sent / S. S/B is the artifact size over one host's link rate: no host can finish sooner.
 With aria2c installed, a BitTorrent swarm of the same file on the same hosts is the second
 baseline (`fanout_aria2.py`): aria2_baseline = T_aria2 / (S/B), aria2_origin_wire_ratio = bytes
-the origin's link sent (packet headers included) / S.
+the origin's link sent (packet headers included) / S. With --trace every daemon writes a transfer
+trace (`peer serve --trace`) and `hops` summarises how the pieces spread (`peer hops`).
 """
 
 import argparse
@@ -38,6 +39,7 @@ from fanout_links import LinkMeter
 from fanout_rig import Rig
 from proc_cpu import cpu_seconds as proc_cpu_seconds
 from shipyard.distribute import DaemonConfig
+from shipyard.distribute.trace import hop_summary, read_traces
 from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 
 PORT = 7000
@@ -81,6 +83,7 @@ class Host:
     starts: int = 0
     triggers: int = 0
     resumed_from: int | None = None  # pieces on disk when it was restarted
+    trace: Path | None = None  # its daemon's transfer trace, with --trace
     seen: set[str] = field(default_factory=set)  # pieces found in its store so far
 
     def piece_path(self, piece_hash: str) -> Path:
@@ -151,6 +154,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--workdir", type=Path, help="stores go here (default: /dev/shm if it fits)")
     p.add_argument("--keep", action="store_true", help="keep stores, logs and link samples")
+    p.add_argument("--trace", action="store_true", help="trace transfers; report how pieces spread")
     args = p.parse_args()
     if os.geteuid() != 0:
         p.error("needs root (network namespaces and tc)")
@@ -189,6 +193,8 @@ def start_daemon(rig: Rig, host: Host, seeds: list[Host], origin: str, flags: li
     joined = ",".join(s.address for s in seeds)
     cmd = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen", host.address,
            "--seeds", joined, "--store", str(host.store), "--origin", origin, *flags]  # fmt: skip
+    if host.trace:
+        cmd += ["--trace", str(host.trace)]
     host.proc = rig.spawn(host.ns, cmd, host.log)
 
 
@@ -408,6 +414,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     for i in range(args.hosts):
         ns, ip = rig.host(f"h{i}", i + 1, args.rate_mbit)
         hosts.append(Host(f"h{i}", ns, ip, work / f"h{i}", work / f"h{i}.log"))
+        hosts[-1].trace = work / f"h{i}.trace" if args.trace else None
     # Every host is told only of the first N/8: the would-be "trackers" that --chaos kills.
     seeds = hosts[: max(1, args.hosts // 8)]
     for host in hosts:
@@ -481,6 +488,9 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "swarm_cpu_loop_s_per_host": round(float(daemon_cpu[2:].sum()), 2),
         **link_use,
     }
+    traces = [h.trace for h in hosts if h.trace and h.trace.exists()]
+    if traces:  # read while the daemons run: each line is written whole as its piece is stored
+        result["hops"] = hop_summary(read_traces(traces))
     say(f"swarm done in {t_swarm:.1f} s; origin sent {origin_bytes / size:.2f} x S")
     if args.no_baseline:
         return result

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,9 +59,13 @@ def test_swarm_over_shaped_namespaces_beats_origin_only() -> None:
 
 
 def test_chaos_survivors_complete_and_restarted_hosts_resume() -> None:
-    result = run_bench("--chaos", "--no-baseline")
+    result = run_bench("--chaos", "--no-baseline", "--trace")
     assert any("killed" in str(e) for e in result["events"])
     assert result["restarted_hosts_refetched_pieces"] == 0
+    hops: dict[str, Any] = result["hops"]  # type: ignore[assignment]
+    assert hops["copies"] >= 3 * 12  # 12 pieces on each of the 3 hosts alive at the end, at least
+    assert hops["depths"]["0"]["share"] > 0  # JSON keys: some copies came from the origin
+    assert hops["hop"]["transfer"]["median"] > 0
 
 
 def test_repeated_runs_report_their_median() -> None:

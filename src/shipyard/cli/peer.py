@@ -47,11 +47,22 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         metavar="NAME",
         help="TCP congestion control for uploads (default: %(default)s; 'kernel': the system's)",
     )
+    serve.add_argument(
+        "--trace", metavar="FILE", help="append a line to FILE for each piece stored (see hops)"
+    )
     serve.set_defaults(func=_serve)
     status = commands.add_parser("status", help="what a daemon holds and is fetching")
     status.add_argument("--peer", required=True, metavar="HOST:PORT", help="the daemon to ask")
     status.add_argument("--json", action="store_true", help="print the daemon's reply as JSON")
     status.set_defaults(func=_status)
+    hops = commands.add_parser("hops", help="how pieces spread, from the daemons' --trace files")
+    hops.add_argument("traces", nargs="+", metavar="TRACE", help="trace files of one swarm")
+    hops.add_argument("--since", type=float, default=0.0, metavar="S", help="first copies from S")
+    hops.add_argument(
+        "--until", type=float, default=float("inf"), metavar="S", help="...to S seconds in"
+    )
+    hops.add_argument("--json", action="store_true", help="print the summary as JSON")
+    hops.set_defaults(func=_hops)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -67,6 +78,7 @@ def _serve(args: argparse.Namespace) -> int:
         origin_gateways=args.origin_gateways,
         upload_limit_bps=args.upload_limit_mbit * 125_000 if args.upload_limit_mbit else None,
         congestion_control=None if args.congestion_control == "kernel" else args.congestion_control,
+        trace=args.trace,
     )
     run_daemon(
         config, ready=lambda: print(f"peer {config.me} listening", file=sys.stderr, flush=True)
@@ -80,6 +92,31 @@ def _status(args: argparse.Namespace) -> int:
     reply = daemon_status(parse_address(args.peer, "--peer"))
     print(json.dumps(reply, indent=2) if args.json else render_status(reply))
     return 0
+
+
+def _hops(args: argparse.Namespace) -> int:
+    from shipyard.distribute.trace import hop_summary, read_traces
+
+    summary = hop_summary(read_traces(args.traces), args.since, args.until)
+    print(json.dumps(summary, indent=2) if args.json else render_hops(summary))
+    return 0
+
+
+def render_hops(summary: dict[str, Any]) -> str:
+    """A hop summary as text: copies by hop count, then what one hop cost."""
+    lines = [
+        f"{summary['copies']} copies, {summary['mean_depth']} hops from the origin on average, "
+        f"stored {summary['mean_delay_s']} s after the first copy on average",
+        f"{'HOPS':<6}{'SHARE':>7}{'MEDIAN AFTER FIRST COPY':>26}",
+    ]
+    for depth, row in summary["depths"].items():
+        lines.append(f"{depth:<6}{row['share']:>7.0%}{row['median_after_first_s']:>24.2f} s")
+    lines.append(f"{'ONE HOP':<10}{'MEDIAN':>9}{'MEAN':>9}{'P90':>9}")
+    for part, spread in summary["hop"].items():
+        if spread:
+            cells = "".join(f"{spread[k]:>8.3f}s" for k in ("median", "mean", "p90"))
+            lines.append(f"{part:<10}{cells}")
+    return "\n".join(lines)
 
 
 def render_status(reply: dict[str, Any]) -> str:

@@ -66,6 +66,7 @@ class DaemonConfig:
     # kernel's default). Every uplink carries several downstream peers' lanes at once; CUBIC
     # shares it evenly between them, where BBR (v1) starved some of them for many seconds.
     congestion_control: str | None = "cubic"
+    trace: str | None = None  # a file to append a line to for each piece stored (see `trace`)
 
     def __post_init__(self) -> None:
         if self.listen[0] in ("0.0.0.0", "::", "") and self.advertise is None:

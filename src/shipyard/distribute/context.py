@@ -13,6 +13,7 @@ from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.metrics import Metrics
 from shipyard.distribute.origin import Origin
+from shipyard.distribute.trace import TransferTrace
 from shipyard.distribute.transfer import Lanes
 from shipyard.distribute.wire import Pool
 from shipyard.store import PieceStore
@@ -37,6 +38,7 @@ class Context:
     pool: Pool = field(init=False)  # asyncio connections for the control plane
     lanes: Lanes = field(init=False)  # blocking connections for piece transfers
     transfers: ThreadPoolExecutor = field(init=False)  # piece downloads, hashing and writes
+    trace: TransferTrace | None = None  # where each stored piece came from, when asked for
 
     def __post_init__(self) -> None:
         self.array_rng = np.random.default_rng(self.rng.getrandbits(64))
@@ -52,10 +54,13 @@ class Context:
         self.metrics.set("shipyard_peer_blamed_peers", 0)
 
     def close(self) -> None:
-        """Close idle connections; running transfers finish or fail on their own sockets."""
+        """Close idle connections and the trace; running transfers finish or fail on their own
+        sockets."""
         self.pool.close()
         self.lanes.close()
         self.transfers.shutdown(wait=False, cancel_futures=True)
+        if self.trace:
+            self.trace.close()
 
     def blame(self, peer: str) -> None:
         """`peer` sent bytes that failed verification: never ask it for anything again."""

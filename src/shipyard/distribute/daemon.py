@@ -21,6 +21,7 @@ from shipyard.distribute.known_members import KnownMembers
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.origin import open_origin
 from shipyard.distribute.server import Server, use_congestion_control
+from shipyard.distribute.trace import TransferTrace
 from shipyard.distribute.wants import Wanted, WantLog
 from shipyard.distribute.wire import Header, PeerGone, PeerUnavailable, request
 from shipyard.errors import IntegrityError, InvalidInput, NotFound, ShipyardError
@@ -51,6 +52,7 @@ class PeerDaemon:
                 config.me, seeds, config.dead_after, haves_per_view=config.gossip_haves
             ),
             origin=open_origin(config.origin) if config.origin else None,
+            trace=TransferTrace(config.trace, config.me) if config.trace else None,
         )
         self.holdings: dict[str, Holding] = {}
         self.wants = WantLog(self.ctx.store.backend)

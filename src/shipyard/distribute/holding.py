@@ -299,7 +299,7 @@ class Holding:
         self.inflight.setdefault(index, []).append(transfer)
 
     async def _transfer(self, index: int, source: str, call: PieceCall | None, lane: int) -> None:
-        piece_hash = self.hashes[index]
+        piece_hash, requested = self.hashes[index], time.monotonic()
         try:
             data = await self._download(index, source, call, lane)
             if self.has(index):
@@ -335,6 +335,9 @@ class Holding:
             self.ctx.load[source] -= 1
             self._forget(index, source)
             self.ctx.changed.set()
+        if self.ctx.trace and not self.has(index):  # (else a twin finished storing first)
+            first_byte = call.active_since if call else None
+            self.ctx.trace.record(self.artifact, index, source, lane, requested, first_byte)
         self._stored(index, source, len(data))
 
     async def _download(
@@ -374,7 +377,8 @@ class Holding:
         self.held |= 1 << index
         self._seen_at[index] = np.inf
         self._origin_retries.held(index)
-        self._tell_downstream()
+        if self._relay is not None:
+            self._news.tell(self._relay[1].downstream)
         kind = "origin" if source == ORIGIN else "peer"
         self.bytes_from[kind] += nbytes
         self.ctx.metrics.inc("shipyard_peer_bytes_received_total", nbytes, source=kind)
@@ -387,10 +391,6 @@ class Holding:
             self.store_error = reason
             me = self.ctx.membership.me
             print(f"peer {me}: fetch stopped: {reason}", file=sys.stderr, flush=True)
-
-    def _tell_downstream(self) -> None:
-        if self._relay is not None:
-            self._news.tell(self._relay[1].downstream)
 
     def _update_gauges(self) -> None:
         held = (self._wanted_bits & self.held).bit_count()
