@@ -11,7 +11,9 @@ origin sent / S. S/B is the artifact size over one host's link rate: no host can
 With aria2c installed, a BitTorrent swarm of the same file on the same hosts is the second
 baseline (`fanout_aria2.py`): aria2_baseline = T_aria2 / (S/B), aria2_origin_wire_ratio = bytes
 the origin's link sent (packet headers included) / S. With --trace every daemon writes a transfer
-trace (`peer serve --trace`) and `hops` summarises how the pieces spread (`peer hops`).
+trace (`peer serve --trace`) and `hops` summarises how the pieces spread (`peer hops`); with
+--chaos too, `restarts` gives each restarted host's pieces at the kill, its lag, and how soon after
+its restart it asked for and stored a piece.
 """
 
 import argparse
@@ -28,6 +30,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -107,6 +110,9 @@ class Run:
     dead: set[str] = field(default_factory=set)
     survivors_done: float | None = None
     events: list[str] = field(default_factory=list)
+    wall_started: float = 0.0  # time.time() when every host was asked to fetch
+    killed_at: float | None = None  # --chaos: seconds from then to the kill
+    restarted_at: float | None = None  # ... and to the restart
 
     def held(self, host: Host) -> set[str]:
         """The pieces in the host's store. Pieces never leave a store, so only the missing
@@ -275,7 +281,7 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
     live hosts hold every piece: until the last piece file was written (each lands in a store
     only after its hash was verified), so the 0.2 s between polls does not count."""
     started = trigger_together(rig, run.hosts, manifest.id, gate)
-    wall_started = time.time() - (time.monotonic() - started)
+    wall_started = run.wall_started = time.time() - (time.monotonic() - started)
     rng = random.Random(args.seed)
     total = len(run.sizes)
     restart_at: tuple[float, list[Host]] | None = None
@@ -304,11 +310,12 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
         if args.chaos and not chaos_done and progress >= 0.3:
             chaos_done = True
             victims = kill_quarter(rig, run, held, rng, always=run.seeds)
-            killed = time.monotonic() - started
+            killed = run.killed_at = time.monotonic() - started
             run.events[-1] = f"t={killed:.2f}s {run.events[-1]}"
             restart = rng.sample(victims, math.ceil(len(victims) / 2))
             restart_at = (killed + 10, restart)
         if restart_at and now >= restart_at[0]:
+            run.restarted_at = now
             for host in restart_at[1]:
                 host.resumed_from = len(run.held(host))
                 # As a supervisor would: the same command line. Its seeds are dead, unless one
@@ -332,6 +339,35 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
         # Polls every 0.2 s, but wakes for a restart when it is due rather than up to 0.2 s late.
         due = restart_at[0] - (time.monotonic() - started) if restart_at else 0.2
         time.sleep(min(0.2, max(0.0, due)))
+
+
+def restart_report(run: Run, records: list[dict[str, Any]]) -> list[dict[str, object]]:
+    """Per restarted host, from its transfer trace: the pieces it held at the kill, how far it
+    trailed a link run full from the start (`lag_s`, at its own rate after the restart), and how
+    long after the restart it asked for and stored its first piece. docs/distribution.md, "Where
+    `--chaos` loses its time", adds them up."""
+    assert run.killed_at is not None and run.restarted_at is not None
+    rows: list[dict[str, object]] = []
+    for host in run.hosts:
+        after = sorted(
+            (r["requested"] - run.wall_started, r["stored"] - run.wall_started)
+            for r in records
+            if r["peer"] == host.address and r["requested"] - run.wall_started >= run.restarted_at
+        )
+        if host.resumed_from is None or len(after) < 2:
+            continue
+        stored = sorted(done for _, done in after)
+        rate = (len(stored) - 1) / (stored[-1] - stored[0])
+        rows.append({
+            "host": host.name,
+            "held_at_kill": host.resumed_from,
+            "lag_s": round(run.killed_at - host.resumed_from / rate, 2),
+            "first_request_after_restart_s": round(after[0][0] - run.restarted_at, 2),
+            "first_piece_after_restart_s": round(stored[0] - run.restarted_at, 2),
+            "pieces_per_s_after": round(rate, 2),
+            "done_s": round(stored[-1], 2),
+        })  # fmt: skip
+    return rows
 
 
 def twice_held(held: dict[str, set[str]], hashes: list[str], live: list[Host]) -> bool:
@@ -490,7 +526,10 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     }
     traces = [h.trace for h in hosts if h.trace and h.trace.exists()]
     if traces:  # read while the daemons run: each line is written whole as its piece is stored
-        result["hops"] = hop_summary(read_traces(traces))
+        records = read_traces(traces)
+        result["hops"] = hop_summary(records)
+        if run.restarted_at is not None:
+            result["restarts"] = restart_report(run, records)
     say(f"swarm done in {t_swarm:.1f} s; origin sent {origin_bytes / size:.2f} x S")
     if args.no_baseline:
         return result

@@ -66,6 +66,9 @@ def test_chaos_survivors_complete_and_restarted_hosts_resume() -> None:
     assert hops["copies"] >= 3 * 12  # 12 pieces on each of the 3 hosts alive at the end, at least
     assert hops["depths"]["0"]["share"] > 0  # JSON keys: some copies came from the origin
     assert hops["hop"]["transfer"]["median"] > 0
+    restarts: list[dict[str, Any]] = result["restarts"]  # type: ignore[assignment]
+    assert len(restarts) == 1  # of the one or two hosts killed, one was brought back
+    assert restarts[0]["first_piece_after_restart_s"] > 0 and restarts[0]["pieces_per_s_after"] > 0
 
 
 def test_repeated_runs_report_their_median() -> None:
