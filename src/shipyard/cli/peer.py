@@ -57,10 +57,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     status.set_defaults(func=_status)
     hops = commands.add_parser("hops", help="how pieces spread, from the daemons' --trace files")
     hops.add_argument("traces", nargs="+", metavar="TRACE", help="trace files of one swarm")
-    hops.add_argument("--since", type=float, default=0.0, metavar="S", help="first copies from S")
     hops.add_argument(
-        "--until", type=float, default=float("inf"), metavar="S", help="...to S seconds in"
-    )
+        "--since", type=float, default=0.0, metavar="S",
+        help="only pieces whose first copy came at least S seconds after the first request",
+    )  # fmt: skip
+    hops.add_argument(
+        "--until", type=float, default=float("inf"), metavar="S",
+        help="only pieces whose first copy came less than S seconds after the first request",
+    )  # fmt: skip
     hops.add_argument("--json", action="store_true", help="print the summary as JSON")
     hops.set_defaults(func=_hops)
 
@@ -104,9 +108,11 @@ def _hops(args: argparse.Namespace) -> int:
 
 def render_hops(summary: dict[str, Any]) -> str:
     """A hop summary as text: copies by hop count, then what one hop cost."""
+    depth, delay = summary["mean_depth"], summary["mean_delay_s"]
     lines = [
-        f"{summary['copies']} copies, {summary['mean_depth']} hops from the origin on average, "
-        f"stored {summary['mean_delay_s']} s after the first copy on average",
+        f"{summary['copies']} copies, "
+        + (f"{depth} hops from the origin on average, " if depth is not None else "")
+        + (f"stored {delay} s after the first copy on average" if delay is not None else ""),
         f"{'HOPS':<6}{'SHARE':>7}{'MEDIAN AFTER FIRST COPY':>26}",
     ]
     for depth, row in summary["depths"].items():
