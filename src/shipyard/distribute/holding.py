@@ -34,13 +34,12 @@ from shipyard.distribute.picker import (
     upstream_picks,
 )
 from shipyard.distribute.relay import RelayPlan
-from shipyard.distribute.transfer import LaneReset, PieceCall, Transfer, piece_request
+from shipyard.distribute.transfer import ORIGIN, LaneReset, PieceCall, Transfer, piece_request
 from shipyard.distribute.wire import PeerBusy, PeerGone
 from shipyard.errors import IntegrityError, ShipyardError, StorageError
 from shipyard.store import Manifest
 from shipyard.store.pieces import piece_key
 
-ORIGIN = "origin"
 TICK = 0.25
 COALESCE = 0.05  # seconds between scheduling rounds at the busiest
 BUSY_BACKOFF = 0.2  # seconds before asking a peer whose upload slots were full again

@@ -24,9 +24,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TextIO
 
+from shipyard.distribute.transfer import ORIGIN
 from shipyard.errors import InvalidInput
 
-ORIGIN = "origin"
 MAX_DEPTH = 64  # a chain of sources longer than this is a trace that does not add up
 
 Record = dict[str, Any]

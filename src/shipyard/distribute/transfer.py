@@ -36,6 +36,8 @@ from shipyard.distribute.wire import (
     encode,
 )
 
+ORIGIN = "origin"  # a transfer's source when it is the origin, not a peer (and so in traces)
+
 
 def piece_request(piece_hash: str, artifact: str, me: str, held: int, relay: bool) -> Header:
     """A `piece` request. It carries the requester's have-map, and the reply the sender's, so
@@ -90,7 +92,7 @@ class PieceCall:
 class Transfer:
     """One piece request in flight: where it went, when, and the task that runs it."""
 
-    source: str  # a peer's HOST:PORT, or the origin
+    source: str  # a peer's HOST:PORT, or ORIGIN
     started: float
     call: PieceCall | None  # None for the origin
     task: "asyncio.Task[None]"
