@@ -72,15 +72,26 @@ def test_a_sender_without_a_trace_leaves_its_copies_out_of_the_hop_counts() -> N
     assert summary["mean_delay_s"] == 0.5  # still a later copy
 
 
-def test_a_broken_line_is_named_but_a_last_line_cut_by_a_kill_is_skipped(tmp_path: Path) -> None:
+def test_torn_lines_are_skipped_and_counted_but_other_json_is_named(tmp_path: Path) -> None:
     good = json.dumps(record("g", "origin", 0.0, None, 1.0))
-    cut = tmp_path / "cut.trace"
-    cut.write_text(good + "\n" + good[:20])
-    assert len(read_traces([cut])) == 1
-    broken = tmp_path / "broken.trace"
-    broken.write_text(good + '\n{"peer": "g"}\n' + good + "\n")
-    with pytest.raises(InvalidInput, match=r"broken\.trace line 2"):
-        read_traces([broken])
+    crashed = tmp_path / "crashed.trace"  # torn twice: mid-file before a restart, and at the end
+    crashed.write_text(good + "\n" + good[:20] + "\n" + good + "\n" + good[:7])
+    records, torn = read_traces([crashed])
+    assert len(records) == 2 and torn == 2
+    foreign = tmp_path / "foreign.trace"
+    foreign.write_text(good + '\n{"peer": "g"}\n' + good + "\n")
+    with pytest.raises(InvalidInput, match=r"foreign\.trace line 2: not a trace record"):
+        read_traces([foreign])
+
+
+def test_a_trace_reopened_after_a_crash_keeps_the_torn_line_on_its_own(tmp_path: Path) -> None:
+    path = tmp_path / "h.trace"
+    path.write_text(json.dumps(record("h:1", "origin", 0.0, None, 1.0)) + "\n" + '{"peer": "h')
+    reopened = TransferTrace(str(path), "h:1")
+    reopened.record("a", 5, "origin", 0, 10.0, None)
+    reopened.close()
+    records, torn = read_traces([path])
+    assert [r["piece"] for r in records] == [0, 5] and torn == 1
 
 
 def test_an_unwritable_trace_is_refused_at_start_and_a_full_disk_gives_it_up(
@@ -108,7 +119,8 @@ def test_a_swarm_traces_every_piece_it_stores(
     ]
     for i, host in enumerate(hosts):
         pull(host.port, manifest.id, tmp_path / f"out{i}", None, None, 60.0)
-    records = read_traces(traces)
+    records, torn = read_traces(traces)
+    assert torn == 0
     pieces = len({ref.hash for entry in manifest.files for ref in entry.pieces})
     for host in hosts:
         mine = [r for r in records if r["peer"] == host.address]

@@ -101,7 +101,10 @@ def _status(args: argparse.Namespace) -> int:
 def _hops(args: argparse.Namespace) -> int:
     from shipyard.distribute.trace import hop_summary, read_traces
 
-    summary = hop_summary(read_traces(args.traces), args.since, args.until)
+    records, torn = read_traces(args.traces)
+    if torn:
+        print(f"skipped {torn} torn trace lines (a host crashed mid-write)", file=sys.stderr)
+    summary = hop_summary(records, args.since, args.until)
     print(json.dumps(summary, indent=2) if args.json else render_hops(summary))
     return 0
 

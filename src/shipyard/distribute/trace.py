@@ -33,7 +33,7 @@ Record = dict[str, Any]
 
 
 class TransferTrace:
-    """The trace file of one daemon. A line is written whole as each piece is stored, so a
+    """The trace file of one daemon. A line goes out in one write as each piece is stored, so a
     daemon killed mid-run leaves every earlier line intact."""
 
     def __init__(self, path: str, me: str) -> None:
@@ -43,6 +43,9 @@ class TransferTrace:
             raise InvalidInput(f"cannot write the trace {path}: {exc.strerror or exc}") from None
         self.path = path
         self.me = me
+        # A line torn by a crash stays a line of its own, which `read_traces` skips.
+        if self._out.tell() > 0 and not Path(path).read_bytes().endswith(b"\n"):
+            self._out.write("\n")
         self._wall_offset = time.time() - time.monotonic()
 
     def record(
@@ -86,23 +89,22 @@ class TransferTrace:
         return round(monotonic + self._wall_offset, 6)
 
 
-def read_traces(paths: Iterable[str | Path]) -> list[Record]:
-    """Every record of the given trace files. A line that is not a complete record names its
-    file and line; a file's last line may be cut short by a kill and is skipped."""
-    records = []
+def read_traces(paths: Iterable[str | Path]) -> tuple[list[Record], int]:
+    """Every record of the given trace files, and how many torn lines were skipped: lines a
+    host's crash cut short, which are never whole JSON. A line that is JSON but not a trace
+    record (another file, or one edited by hand) names its file and line."""
+    records, torn = [], 0
     for path in paths:
-        lines = Path(path).read_text().splitlines()
-        for number, line in enumerate(lines, 1):
+        for number, line in enumerate(Path(path).read_text().splitlines(), 1):
             try:
                 record = json.loads(line)
-                if not isinstance(record, dict) or not _complete(record):
-                    raise ValueError("not a trace record")
-            except ValueError as exc:
-                if number == len(lines):
-                    continue  # the write a kill interrupted
-                raise InvalidInput(f"{path} line {number}: {exc}") from None
+            except ValueError:
+                torn += 1
+                continue
+            if not isinstance(record, dict) or not _complete(record):
+                raise InvalidInput(f"{path} line {number}: not a trace record")
             records.append(record)
-    return records
+    return records, torn
 
 
 def _complete(record: Record) -> bool:
