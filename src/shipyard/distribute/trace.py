@@ -17,6 +17,7 @@ itself. docs/distribution.md, "Where `--chaos` loses its time", shows what it fo
 import contextlib
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -43,9 +44,8 @@ class TransferTrace:
             raise InvalidInput(f"cannot write the trace {path}: {exc.strerror or exc}") from None
         self.path = path
         self.me = me
-        # A line torn by a crash stays a line of its own, which `read_traces` skips.
-        if self._out.tell() > 0 and not Path(path).read_bytes().endswith(b"\n"):
-            self._out.write("\n")
+        if self._out.tell() > 0 and _last_byte(path) != b"\n":
+            self._out.write("\n")  # a line a crash tore stays one of its own, to be skipped
         self._wall_offset = time.time() - time.monotonic()
 
     def record(
@@ -87,6 +87,12 @@ class TransferTrace:
 
     def _wall(self, monotonic: float) -> float:
         return round(monotonic + self._wall_offset, 6)
+
+
+def _last_byte(path: str) -> bytes:
+    with open(path, "rb") as trace:
+        trace.seek(-1, os.SEEK_END)
+        return trace.read(1)
 
 
 def read_traces(paths: Iterable[str | Path]) -> tuple[list[Record], int]:
