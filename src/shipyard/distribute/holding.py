@@ -334,10 +334,9 @@ class Holding:
             self.ctx.load[source] -= 1
             self._forget(index, source)
             self.ctx.changed.set()
-        if self.ctx.trace and not self.has(index):  # (else a twin finished storing first)
+        if self._stored(index, source, len(data)) and self.ctx.trace:
             first_byte = call.active_since if call else None
             self.ctx.trace.record(self.artifact, index, source, lane, requested, first_byte)
-        self._stored(index, source, len(data))
 
     async def _download(
         self, index: int, source: str, call: PieceCall | None, lane_index: int
@@ -368,9 +367,10 @@ class Holding:
         else:
             self.inflight.pop(index, None)
 
-    def _stored(self, index: int, source: str, nbytes: int) -> None:
+    def _stored(self, index: int, source: str, nbytes: int) -> bool:
+        """Mark the piece held and tell whom it concerns; False if a twin stored it first."""
         if self.has(index):
-            return  # a twin finished storing first; count its bytes once
+            return False  # count its bytes once
         for twin in self.inflight.pop(index, []):
             twin.task.cancel()
         self.held |= 1 << index
@@ -383,6 +383,7 @@ class Holding:
         self.ctx.metrics.inc("shipyard_peer_bytes_received_total", nbytes, source=kind)
         self.ctx.metrics.inc("shipyard_peer_pieces_received_total", source=kind)
         self._update_gauges()
+        return True
 
     def _store_failed(self, reason: str) -> None:
         self.ctx.metrics.inc("shipyard_peer_store_failures_total")
