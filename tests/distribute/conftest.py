@@ -1,16 +1,18 @@
 """Real peer daemons as separate processes on loopback, and artifacts to distribute."""
 
+import json
 import os
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from functools import partial
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -20,6 +22,29 @@ import pytest
 from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 
 PIECE = 256 << 10
+
+
+class BytesSink:
+    """A piece sink that only collects what arrives, for tests of the data plane alone."""
+
+    def __init__(self, kept: bytes = b"") -> None:
+        self.data = bytearray(kept)
+        self.kept = len(kept)
+        self.received = 0
+
+    def write(self, data: memoryview) -> None:
+        self.data += data
+        self.received += len(data)
+
+    def restart(self) -> None:
+        self.data.clear()
+        self.kept = self.received = 0
+
+    def commit(self) -> None:
+        """Nothing to store."""
+
+    def close(self) -> None:
+        """Nothing to release."""
 
 
 def free_port() -> int:
@@ -149,3 +174,40 @@ def http_origin(
     yield f"http://127.0.0.1:{server.server_address[1]}", manifest, served, asked
     server.shutdown()
     server.server_close()
+
+
+def read_request(conn: socket.socket) -> dict[str, object]:
+    (length,) = struct.unpack(">I", conn.recv(4, socket.MSG_WAITALL))
+    request: dict[str, object] = json.loads(conn.recv(length, socket.MSG_WAITALL))
+    return request
+
+
+ACCEPTED: list[tuple[str, int]] = []  # every connection the `peer` fixture accepted
+
+
+@pytest.fixture
+def peer() -> Iterator[Callable[[Callable[[socket.socket], None]], tuple[str, int]]]:
+    """A listening socket whose accepted connections run `behave(conn)` on a thread."""
+    listeners: list[socket.socket] = []
+    ACCEPTED.clear()
+
+    def start(behave: Callable[[socket.socket], None]) -> tuple[str, int]:
+        listener = socket.create_server(("127.0.0.1", 0))
+        listeners.append(listener)
+
+        def serve() -> None:
+            while True:
+                try:
+                    conn, source = listener.accept()
+                except OSError:
+                    return
+                ACCEPTED.append(source)
+                threading.Thread(target=behave, args=(conn,), daemon=True).start()
+
+        threading.Thread(target=serve, daemon=True).start()
+        host, port = listener.getsockname()
+        return host, port
+
+    yield start
+    for listener in listeners:
+        listener.close()

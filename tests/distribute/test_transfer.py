@@ -3,13 +3,11 @@ stalls, aborts, refusals, stale kept-alive connections, `sendfile` of a piece fi
 origin's kept-alive HTTP connections."""
 
 import functools
-import json
 import os
 import socket
 import struct
 import threading
 import time
-from collections.abc import Callable, Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -20,44 +18,9 @@ from shipyard.distribute.transfer import Lane, LaneReset, PieceCall, send_piece
 from shipyard.distribute.wire import PeerBusy, PeerGone, PeerUnavailable, encode
 from shipyard.errors import NotFound, StorageError
 
+from .conftest import ACCEPTED, BytesSink, read_request
+
 BODY = os.urandom(300_000)
-
-
-def read_request(conn: socket.socket) -> dict[str, object]:
-    (length,) = struct.unpack(">I", conn.recv(4, socket.MSG_WAITALL))
-    request: dict[str, object] = json.loads(conn.recv(length, socket.MSG_WAITALL))
-    return request
-
-
-ACCEPTED: list[tuple[str, int]] = []  # every connection the `peer` fixture accepted
-
-
-@pytest.fixture
-def peer() -> Iterator[Callable[[Callable[[socket.socket], None]], tuple[str, int]]]:
-    """A listening socket whose accepted connections run `behave(conn)` on a thread."""
-    listeners: list[socket.socket] = []
-    ACCEPTED.clear()
-
-    def start(behave: Callable[[socket.socket], None]) -> tuple[str, int]:
-        listener = socket.create_server(("127.0.0.1", 0))
-        listeners.append(listener)
-
-        def serve() -> None:
-            while True:
-                try:
-                    conn, source = listener.accept()
-                except OSError:
-                    return
-                ACCEPTED.append(source)
-                threading.Thread(target=behave, args=(conn,), daemon=True).start()
-
-        threading.Thread(target=serve, daemon=True).start()
-        host, port = listener.getsockname()
-        return host, port
-
-    yield start
-    for listener in listeners:
-        listener.close()
 
 
 def body_for(piece_hash: object) -> bytes:
@@ -78,9 +41,10 @@ def serve_pieces(conn: socket.socket) -> None:
 
 def fetch(lane: Lane, call: PieceCall | None = None, piece_hash: str = "ab" * 32) -> bytes:
     request = {"op": "piece", "hash": piece_hash, "have": "AQ=="}
-    reply, body = lane.fetch(call or PieceCall(), request)
+    sink = BytesSink()
+    reply = lane.fetch(call or PieceCall(), request, sink)
     assert reply["have"] == "AQ=="
-    return bytes(body)
+    return bytes(sink.data)
 
 
 def lane_to(address: tuple[str, int]) -> Lane:
@@ -229,7 +193,7 @@ def test_send_piece_writes_header_then_the_whole_file(tmp_path: Path) -> None:
     reader = threading.Thread(target=drain)
     reader.start()
     with open(piece, "rb") as handle:
-        send_piece(sender.fileno(), b"HEAD", handle.fileno(), len(BODY) * 4, 2.0)
+        send_piece(sender.fileno(), b"HEAD", handle.fileno(), (0, len(BODY) * 4), 2.0)
     sender.close()
     reader.join()
     receiver.close()

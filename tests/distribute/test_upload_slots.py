@@ -19,6 +19,8 @@ from shipyard.distribute.wire import PeerBusy, encode
 from shipyard.hashing import sha256_hex
 from shipyard.store import LocalBackend, PieceStore, put_tree
 
+from .conftest import BytesSink
+
 BIG = 16 << 20  # a piece far larger than the socket buffers, so an unread upload stays open
 
 
@@ -52,8 +54,9 @@ def test_downstream_peers_keep_their_own_upload_slots(cluster: Any, tmp_path: Pa
         return piece_request(piece, manifest.id, "127.0.0.1:9", 0, relay)
 
     def fetch(relay: bool) -> bytes:
-        _, body = Lane(address, 1.0, 4.0).fetch(PieceCall(), request(relay))
-        return bytes(body)
+        sink = BytesSink()
+        Lane(address, 1.0, 4.0).fetch(PieceCall(), request(relay), sink)
+        return bytes(sink.data)
 
     config = DaemonConfig(address, str(tmp_path))
     relay_slots = config.mesh_degree * CATCH_UP_WIDTH

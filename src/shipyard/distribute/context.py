@@ -17,6 +17,7 @@ from shipyard.distribute.trace import TransferTrace
 from shipyard.distribute.transfer import Lanes
 from shipyard.distribute.wire import Pool
 from shipyard.store import PieceStore
+from shipyard.store.partial import Partials
 
 FAILURE_BACKOFF = 1.0  # seconds before asking a peer again after a request to it failed
 
@@ -38,10 +39,12 @@ class Context:
     pool: Pool = field(init=False)  # asyncio connections for the control plane
     lanes: Lanes = field(init=False)  # blocking connections for piece transfers
     transfers: ThreadPoolExecutor = field(init=False)  # piece downloads, hashing and writes
+    partials: Partials = field(init=False)  # where downloads put the bytes as they come
     trace: TransferTrace | None = None  # where each stored piece came from, when asked for
 
     def __post_init__(self) -> None:
         self.array_rng = np.random.default_rng(self.rng.getrandbits(64))
+        self.partials = Partials(self.store)
         self.pool = Pool(self.config.per_peer_inflight + 1)
         self.lanes = Lanes(self.config.connect_timeout, self.config.idle_timeout)
         # A thread per open request (peers, twice as many while catching up, and origin) and

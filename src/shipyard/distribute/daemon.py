@@ -75,6 +75,14 @@ class PeerDaemon:
             with contextlib.suppress(ShipyardError):
                 manifest = await asyncio.to_thread(self.ctx.store.get_manifest, artifact)
                 await self._adopt(artifact, manifest)
+        # Partial pieces resume only while their piece is missing from an artifact held here.
+        unheld = {
+            piece_hash
+            for holding in self.holdings.values()
+            for index, piece_hash in enumerate(holding.hashes)
+            if not holding.has(index)
+        }
+        await asyncio.to_thread(self.ctx.partials.sweep, unheld)
         ops = {
             "gossip": self._on_gossip,
             "have": self._on_have,

@@ -4,7 +4,9 @@ requests to each (two while catching up: see `catch_up`), rarest first; from any
 upstream peer has a piece in time; or, for pieces it owns, from the origin.
 
 A piece is stored only after its SHA-256 matches the manifest, and is served onward from that
-moment (pipelining). Pieces already on disk at start are never fetched again (resume).
+moment (pipelining). Pieces already on disk at start are never fetched again (resume), and the
+bytes of a piece whose transfer was cut short stay in its partial file, so that the next
+transfer, from any holder, asks only for the rest (see `shipyard.store.partial`).
 """
 
 import asyncio
@@ -13,6 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TypeVar
 
 import numpy as np
@@ -35,9 +38,10 @@ from shipyard.distribute.picker import (
 )
 from shipyard.distribute.relay import RelayPlan
 from shipyard.distribute.transfer import ORIGIN, LaneReset, PieceCall, Transfer, piece_request
-from shipyard.distribute.wire import PeerBusy, PeerGone
-from shipyard.errors import IntegrityError, ShipyardError, StorageError
+from shipyard.distribute.wire import Header, PeerBusy, PeerGone
+from shipyard.errors import IntegrityError, ShipyardError
 from shipyard.store import Manifest
+from shipyard.store.partial import PieceSink, SinkError, StalePartial
 from shipyard.store.pieces import piece_key
 
 TICK = 0.25
@@ -298,18 +302,16 @@ class Holding:
         self.inflight.setdefault(index, []).append(transfer)
 
     async def _transfer(self, index: int, source: str, call: PieceCall | None, lane: int) -> None:
-        piece_hash, requested = self.hashes[index], time.monotonic()
+        requested = time.monotonic()
         try:
-            data = await self._download(index, source, call, lane)
-            if self.has(index):
-                return  # a hedged twin won the race
-            # Hashed and written off the event loop: a slow disk must not stall everything else.
-            put = self.ctx.store.put_verified_piece
-            try:
-                await self._blocking(put, piece_hash, memoryview(data))
-            except StorageError as exc:  # this peer's own disk, not the sender's fault
-                self._store_failed(str(exc))
-                return
+            received, kept = await self._download(index, source, call, lane)
+        except SinkError as exc:  # this peer's own disk, not the sender's fault
+            self._store_failed(str(exc))
+            return
+        except StalePartial:
+            # Bytes kept from an earlier transfer spoilt the piece: it starts over, unblamed.
+            self.ctx.metrics.inc("shipyard_peer_partial_pieces_discarded_total")
+            return
         except IntegrityError as exc:
             self.ctx.metrics.inc("shipyard_peer_pieces_corrupt_total")
             if source == ORIGIN:
@@ -334,27 +336,59 @@ class Holding:
             self.ctx.load[source] -= 1
             self._forget(index, source)
             self.ctx.changed.set()
-        if self._stored(index, source, len(data)) and self.ctx.trace:
+        if not self._stored(index, source, received):
+            return
+        if kept:
+            self.ctx.metrics.inc("shipyard_peer_partial_bytes_resumed_total", kept)
+        if self.ctx.trace:
             first_byte = call.active_since if call else None
             self.ctx.trace.record(self.artifact, index, source, lane, requested, first_byte)
 
     async def _download(
         self, index: int, source: str, call: PieceCall | None, lane_index: int
-    ) -> bytes | bytearray:
+    ) -> tuple[int, int]:
+        """Fetch the piece into its sink and store it, on a transfer thread (a slow disk must
+        not stall the event loop); return how many bytes came, and how many were kept from a
+        transfer cut short."""
         piece_hash = self.hashes[index]
         if call is None:
-            assert self.ctx.origin is not None
-            return await self._blocking(self.ctx.origin.get, piece_key(piece_hash))
+            origin = self.ctx.origin
+            assert origin is not None
+            key = piece_key(piece_hash)
+            return await self._blocking(self._receive, index, partial(origin.read_into, key))
         relay = self._relay is not None and source in self._relay[1].upstream
-        header = piece_request(piece_hash, self.artifact, self.ctx.membership.me, self.held, relay)
+        me, held = self.ctx.membership.me, self.held
         lane = self.ctx.lanes(parse_address(source), lane_index)
+        replies: list[Header] = []
+
+        def fetch(sink: PieceSink) -> None:
+            header = piece_request(piece_hash, self.artifact, me, held, relay, sink.kept)
+            replies.append(lane.fetch(call, header, sink))
+
         try:
-            reply, body = await self._blocking(lane.fetch, call, header)
+            counts = await self._blocking(self._receive, index, fetch)
         except asyncio.CancelledError:
             call.abort()  # the worker thread is blocked on the socket: end its receive now
             raise
-        self.ctx.membership.note_have(source, self.artifact, reply.get("have"))
-        return body
+        if replies:
+            self.ctx.membership.note_have(source, self.artifact, replies[0].get("have"))
+        return counts
+
+    def _receive(self, index: int, fetch: Callable[[PieceSink], None]) -> tuple[int, int]:
+        """On a transfer thread: open the piece's sink (with the bytes a cut-short transfer
+        kept), `fetch` the rest into it and commit it; return the bytes this transfer added and
+        those it kept."""
+        piece_hash = self.hashes[index]
+        size = self.sizes[piece_hash]
+        sink = self.ctx.partials.open(piece_hash, size)
+        try:
+            if sink.kept < size:
+                fetch(sink)
+            if not self.has(index):  # else a hedged twin stored it first
+                sink.commit()
+            return sink.received, sink.kept
+        finally:
+            sink.close()
 
     async def _blocking(self, fn: Callable[..., T], *args: object) -> T:
         """Run `fn` on the daemon's transfer threads."""

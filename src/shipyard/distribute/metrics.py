@@ -10,6 +10,14 @@ HELP = {
     "shipyard_peer_pieces_received_total": ("counter", "verified pieces fetched, by source"),
     "shipyard_peer_pieces_corrupt_total": ("counter", "pieces refused because of a bad hash"),
     "shipyard_peer_pieces_resumed_total": ("counter", "pieces found verified on disk at start"),
+    "shipyard_peer_partial_bytes_resumed_total": (
+        "counter",
+        "bytes of stored pieces kept from transfers cut short, not fetched again",
+    ),
+    "shipyard_peer_partial_pieces_discarded_total": (
+        "counter",
+        "resumed pieces that failed verification and started over",
+    ),
     "shipyard_peer_requests_served_total": ("counter", "requests this peer answered, by op"),
     "shipyard_peer_request_failures_total": ("counter", "piece requests that failed, by reason"),
     "shipyard_peer_hedged_requests_total": ("counter", "duplicate requests for slow pieces"),

@@ -17,7 +17,7 @@ from shipyard.distribute.context import Context
 from shipyard.distribute.membership import encode_bits
 from shipyard.distribute.transfer import send_piece
 from shipyard.distribute.wire import HTTP_PREFIX, Header, PeerBusy, encode, read_header
-from shipyard.errors import NotFound, ShipyardError
+from shipyard.errors import InvalidInput, NotFound, ShipyardError
 from shipyard.store import LocalBackend
 from shipyard.store.pieces import manifest_key, piece_key
 
@@ -145,7 +145,12 @@ class Server:
             writer.write(encode({"error": f"malformed {op} request: {exc!r}"}))
 
     async def _piece(self, request: Header, writer: asyncio.StreamWriter) -> None:
+        """Send the piece's bytes from the request's `offset` (0 when absent): the reply's
+        `size` counts only those, and `offset` says where they start."""
         piece_hash = str(request["hash"])
+        offset = request.get("offset", 0)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise InvalidInput(f"piece offset {offset!r} is not a byte count")
         artifact, requester = request.get("artifact"), request.get("from")
         reply: Header = {}
         if isinstance(artifact, str):
@@ -155,42 +160,46 @@ class Server:
             held = self.held(artifact)
             if held is not None:
                 reply["have"] = encode_bits(held)
+        if offset:
+            reply["offset"] = offset
         backend = self.ctx.store.backend
         if not isinstance(backend, LocalBackend):
             data = await asyncio.to_thread(self.ctx.store.get_piece, piece_hash)
-            writer.write(encode(reply | {"size": len(data)}))
-            await self._send_bytes(data, writer)
-            self.ctx.metrics.inc("shipyard_peer_bytes_sent_total", len(data))
+            _check_offset(offset, len(data), piece_hash)
+            writer.write(encode(reply | {"size": len(data) - offset}))
+            await self._send_bytes(memoryview(data)[offset:], writer)
+            self.ctx.metrics.inc("shipyard_peer_bytes_sent_total", len(data) - offset)
             return
         try:
             handle = open(backend.path(piece_key(piece_hash)), "rb")  # noqa: SIM115
         except (FileNotFoundError, ValueError):
             raise NotFound(f"piece {piece_hash[:16]} is not held here") from None
         with handle:
-            size = os.fstat(handle.fileno()).st_size
-            header = encode(reply | {"size": size})
+            end = os.fstat(handle.fileno()).st_size
+            _check_offset(offset, end, piece_hash)
+            header = encode(reply | {"size": end - offset})
             if self.throttle is None and writer.transport.get_write_buffer_size() == 0:
-                await self._send_on_thread(writer, header, handle.fileno(), size)
+                await self._send_on_thread(writer, header, handle.fileno(), (offset, end))
             else:  # paced, or earlier replies still queued in the transport: stay in the loop
                 writer.write(header)
                 loop = asyncio.get_running_loop()
-                step = _SLICE if self.throttle else max(size, 1)
-                for offset in range(0, size, step):
-                    count = min(step, size - offset)
+                step = _SLICE if self.throttle else max(end - offset, 1)
+                for start in range(offset, end, step):
+                    count = min(step, end - start)
                     if self.throttle:
                         await self.throttle.take(count)
-                    await loop.sendfile(writer.transport, handle, offset, count)
-        self.ctx.metrics.inc("shipyard_peer_bytes_sent_total", size)
+                    await loop.sendfile(writer.transport, handle, start, count)
+        self.ctx.metrics.inc("shipyard_peer_bytes_sent_total", end - offset)
 
     async def _send_on_thread(
-        self, writer: asyncio.StreamWriter, header: bytes, file_fd: int, size: int
+        self, writer: asyncio.StreamWriter, header: bytes, file_fd: int, span: tuple[int, int]
     ) -> None:
         """`send_piece` on a transfer thread, writing to the connection's socket directly."""
         sock = writer.get_extra_info("socket")
         loop = asyncio.get_running_loop()
         timeout = self.ctx.config.idle_timeout
         sending = loop.run_in_executor(
-            self.ctx.transfers, send_piece, sock.fileno(), header, file_fd, size, timeout
+            self.ctx.transfers, send_piece, sock.fileno(), header, file_fd, span, timeout
         )
         try:
             await asyncio.shield(sending)
@@ -202,7 +211,7 @@ class Server:
             await asyncio.wait([sending])
             raise
 
-    async def _send_bytes(self, data: bytes, writer: asyncio.StreamWriter) -> None:
+    async def _send_bytes(self, data: memoryview, writer: asyncio.StreamWriter) -> None:
         for offset in range(0, len(data), _SLICE):
             chunk = data[offset : offset + _SLICE]
             if self.throttle:
@@ -220,3 +229,8 @@ class Server:
         )
         writer.write(head.encode() + body)
         await writer.drain()
+
+
+def _check_offset(offset: int, size: int, piece_hash: str) -> None:
+    if offset and offset >= size:
+        raise InvalidInput(f"piece {piece_hash[:16]} has {size} bytes: offset {offset} is past")

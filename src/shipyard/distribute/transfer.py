@@ -3,8 +3,10 @@
 Through asyncio a piece crossing a rate-limited link woke the event loop every few kilobytes, on
 both ends, and each wakeup cost tens of microseconds of Python: at 100 Mbit/s that was most of a
 daemon's CPU, and on a busy host the swarm slowed with it. Here a receiving thread asks the
-kernel for the whole body at once (`MSG_WAITALL`) and a sending thread hands it the whole file
-(`sendfile`), so Python runs a handful of times per piece.
+kernel for a whole `CHUNK` at once (`MSG_WAITALL`) and hands it to the piece's sink, a partial
+file on disk (see `shipyard.store.partial`), and a sending thread hands the kernel the whole
+file (`sendfile`), so Python runs a handful of times per piece. A request may ask for a piece
+from an offset: the bytes a cut-short transfer left in its partial file are not sent again.
 
 Requests to one peer share one connection, its `Lane`, and are pipelined: the next goes out while
 the previous body is still arriving, so the peer's link never idles between pieces.
@@ -35,16 +37,19 @@ from shipyard.distribute.wire import (
     check_reply,
     encode,
 )
+from shipyard.store.partial import CHUNK, PieceSink, SinkError
 
 ORIGIN = "origin"  # a transfer's source when it is the origin, not a peer (and so in traces)
 
 
-def piece_request(piece_hash: str, artifact: str, me: str, held: int, relay: bool) -> Header:
-    """A `piece` request. It carries the requester's have-map, and the reply the sender's, so
-    both learn of each other's newest pieces at once instead of a few gossip rounds later.
-    `relay`: the sender is the requester's upstream peer in the mesh, for which it keeps upload
-    slots, so the mesh never stalls behind other requests."""
-    return {
+def piece_request(
+    piece_hash: str, artifact: str, me: str, held: int, relay: bool, offset: int = 0
+) -> Header:
+    """A `piece` request, for its bytes from `offset` on. It carries the requester's have-map,
+    and the reply the sender's, so both learn of each other's newest pieces at once instead of a
+    few gossip rounds later. `relay`: the sender is the requester's upstream peer in the mesh,
+    for which it keeps upload slots, so the mesh never stalls behind other requests."""
+    request: Header = {
         "op": "piece",
         "hash": piece_hash,
         "artifact": artifact,
@@ -52,6 +57,7 @@ def piece_request(piece_hash: str, artifact: str, me: str, held: int, relay: boo
         "have": encode_bits(held),
         "relay": relay,
     }
+    return request | {"offset": offset} if offset else request
 
 
 def _timeval(seconds: float) -> bytes:
@@ -127,24 +133,22 @@ class Lane:
         self._sent = 0  # requests sent on the current connection
         self._read = 0  # replies read off it
 
-    def fetch(self, call: PieceCall, request: Header) -> tuple[Header, bytearray]:
-        """The reply header and the bytes the peer sends for a `piece` request (unverified);
+    def fetch(self, call: PieceCall, request: Header, sink: PieceSink) -> Header:
+        """The reply header to a `piece` request, its bytes (unverified) written to `sink`;
         blocking, for a worker thread. Raises `PeerUnavailable`: `PeerGone` when the connection
         was refused, `PeerBusy` when the peer's upload slots are full, `LaneReset`."""
         for attempt in range(2):
             sock, ticket, may_be_stale = self._send(request)
             try:
-                reply, body = self._read_reply(call, sock, ticket)
+                reply = self._read_reply(call, sock, ticket, sink)
             except (ConnectionError, EOFError) as exc:
-                if attempt == 0 and may_be_stale and not call.aborted:
+                if attempt == 0 and may_be_stale and not call.aborted and not sink.received:
                     continue  # the peer had closed the idle connection: once more, fresh
                 raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
             except (OSError, ValueError) as exc:
                 raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
             check_reply(reply, self.where)
-            if body is None:
-                raise PeerUnavailable(f"peer {self.where} sent no bytes for a piece")
-            return reply, body
+            return reply
         raise AssertionError("unreachable: the second attempt returns or raises")
 
     def close(self) -> None:
@@ -184,8 +188,8 @@ class Lane:
             raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
 
     def _read_reply(
-        self, call: PieceCall, sock: socket.socket, ticket: int
-    ) -> tuple[Header, bytearray | None]:
+        self, call: PieceCall, sock: socket.socket, ticket: int, sink: PieceSink
+    ) -> Header:
         with self._turn:
             while self._sock is sock and self._read < ticket:
                 self._turn.wait()
@@ -193,7 +197,7 @@ class Lane:
                 raise LaneReset(f"peer {self.where}: an earlier request on the connection failed")
         try:
             call.attach(sock)
-            received = _receive_reply(sock)
+            reply, refused = _receive_reply(sock, sink, self.where)
         except BaseException:
             with self._turn:
                 self._reset(sock)
@@ -202,7 +206,9 @@ class Lane:
             if self._sock is sock:
                 self._read += 1
                 self._turn.notify_all()
-        return received
+        if refused is not None:
+            raise refused
+        return reply
 
     def _reset(self, sock: socket.socket) -> None:
         """Drop `sock` (the caller holds `_turn`): requests waiting on it fail."""
@@ -243,37 +249,74 @@ def _connect(address: Address, connect_timeout: float, idle_timeout: float) -> s
     return sock
 
 
-def _receive_reply(sock: socket.socket) -> tuple[Header, bytearray | None]:
+def _receive_reply(
+    sock: socket.socket, sink: PieceSink, where: str
+) -> tuple[Header, SinkError | None]:
+    """Read a `piece` reply: its header, then its bytes into `sink`, and whether the sink
+    refused them (see `_receive_into`). An error reply has no bytes."""
     (length,) = struct.unpack(">I", _receive(sock, 4))
     if length > MAX_HEADER:
         raise ValueError(f"peer header of {length} bytes exceeds {MAX_HEADER}")
     reply = json.loads(_receive(sock, length))
     if not isinstance(reply, dict):
         raise ValueError("peer header is not a JSON object")
-    size = reply.get("size")
-    return reply, None if size is None else _receive(sock, int(size))
+    if reply.get("error"):
+        return reply, None
+    if reply.get("size") is None:
+        raise PeerUnavailable(f"peer {where} sent no bytes for a piece")
+    if reply.get("offset", 0) != sink.kept:
+        sink.restart()  # a sender that does not resume pieces sends this one whole
+    return reply, _receive_into(sock, int(reply["size"]), sink)
 
 
 def _receive(sock: socket.socket, size: int) -> bytearray:
-    """Exactly `size` bytes. Each receive waits in the kernel for all of them, or returns what
-    came within the idle timeout; EOF or an empty wait ends the transfer."""
+    """Exactly `size` bytes (a header: small)."""
     buffer = bytearray(size)
     view = memoryview(buffer)
     got = 0
     while got < size:
-        try:
-            count = sock.recv_into(view[got:], size - got, socket.MSG_WAITALL)
-        except BlockingIOError:
-            raise TimeoutError(f"no bytes for a whole idle timeout after {got} of {size}") from None
-        if count == 0:
-            raise EOFError(f"connection closed after {got} of {size} bytes")
-        got += count
+        got += _receive_some(sock, view[got:], got, size)
     return buffer
 
 
-def send_piece(sock_fd: int, header: bytes, file_fd: int, size: int, idle_timeout: float) -> None:
-    """Write `header` then `size` bytes of `file_fd` to the non-blocking socket `sock_fd` (the
-    event loop's), waiting for room in the kernel's buffer at most `idle_timeout` at a time."""
+def _receive_into(sock: socket.socket, size: int, sink: PieceSink) -> SinkError | None:
+    """Exactly `size` bytes into `sink`, a `CHUNK` at a time, each on disk before the next. A
+    sink that refuses them (this host's disk is full) does not end the transfer: the rest is
+    read and dropped, so the connection stays in step for the requests behind this one, and
+    the refusal is returned."""
+    buffer = bytearray(min(size, CHUNK))
+    view = memoryview(buffer)
+    got = 0
+    refused = None
+    while got < size:
+        count = _receive_some(sock, view[: min(CHUNK, size - got)], got, size)
+        if refused is None:
+            try:
+                sink.write(view[:count])
+            except SinkError as exc:
+                refused = exc
+        got += count
+    return refused
+
+
+def _receive_some(sock: socket.socket, into: memoryview, got: int, size: int) -> int:
+    """Fill `into`: the kernel waits for all of it, or returns what came within the idle
+    timeout; EOF or an empty wait ends the transfer (`got` of `size` bytes so far)."""
+    try:
+        count = sock.recv_into(into, len(into), socket.MSG_WAITALL)
+    except BlockingIOError:
+        raise TimeoutError(f"no bytes for a whole idle timeout after {got} of {size}") from None
+    if count == 0:
+        raise EOFError(f"connection closed after {got} of {size} bytes")
+    return count
+
+
+def send_piece(
+    sock_fd: int, header: bytes, file_fd: int, span: tuple[int, int], idle_timeout: float
+) -> None:
+    """Write `header` then the bytes `span` (start, end) of `file_fd` to the non-blocking socket
+    `sock_fd` (the event loop's), waiting for room in the kernel's buffer at most `idle_timeout`
+    at a time."""
     poller = select.poll()
     poller.register(sock_fd, select.POLLOUT)
     sent = 0
@@ -282,15 +325,15 @@ def send_piece(sock_fd: int, header: bytes, file_fd: int, size: int, idle_timeou
             sent += os.write(sock_fd, header[sent:])
         except BlockingIOError:
             _wait_writable(poller, idle_timeout)
-    offset = 0
-    while offset < size:
+    offset, end = span
+    while offset < end:
         try:
-            count = os.sendfile(sock_fd, file_fd, offset, size - offset)
+            count = os.sendfile(sock_fd, file_fd, offset, end - offset)
         except BlockingIOError:
             _wait_writable(poller, idle_timeout)
             continue
         if count == 0:  # an OSError, not a reply: part of the body is out, so the connection goes
-            raise OSError(f"piece file ended after {offset} of {size} bytes")
+            raise OSError(f"piece file ended after {offset} of {end} bytes")
         offset += count
 
 

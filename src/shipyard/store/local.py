@@ -11,8 +11,15 @@ from shipyard.errors import NotFound, StorageError
 from shipyard.store.backend import ObjectInfo
 
 # Temp files live inside the root so that the final rename never crosses a filesystem; the
-# directory name starts with a dot and is skipped by `list`, so half-written objects are invisible.
+# directory names start with a dot and are skipped by `list`, so half-written objects are
+# invisible. Partial pieces (see `partial`) are files that transfers resume.
 _TMP_DIR = ".tmp"
+PARTIAL_DIR = ".partial"
+
+
+def why(exc: OSError) -> str:
+    """A failed write's reason, as a message says it."""
+    return "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
 
 
 class LocalBackend:
@@ -66,8 +73,21 @@ class LocalBackend:
                 fsync_dir(final.parent)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            reason = "disk full" if exc.errno == errno.ENOSPC else exc.strerror or str(exc)
-            raise StorageError(f"cannot write {key!r} under {self.root}: {reason}") from exc
+            raise StorageError(f"cannot write {key!r} under {self.root}: {why(exc)}") from exc
+
+    def put_file(self, key: str, path: Path, fd: int) -> None:
+        """Move the finished file `path` (open as `fd`) into place as `key`: no copy. It must be
+        on this store's filesystem (under its root)."""
+        final = self.path(key)
+        try:
+            if self.fsync:
+                os.fsync(fd)
+            final.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(path, final)
+            if self.fsync:
+                fsync_dir(final.parent)
+        except OSError as exc:
+            raise StorageError(f"cannot write {key!r} under {self.root}: {why(exc)}") from exc
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:
         # Walk only the directory that holds the prefix, not the whole store.
@@ -77,7 +97,7 @@ class LocalBackend:
             return
         for dirpath, dirnames, filenames in os.walk(top):
             rel_dir = Path(dirpath).relative_to(self.root).as_posix()
-            dirnames[:] = [d for d in dirnames if not (rel_dir == "." and d == _TMP_DIR)]
+            dirnames[:] = [d for d in dirnames if not (rel_dir == "." and d.startswith("."))]
             for name in filenames:
                 key = name if rel_dir == "." else f"{rel_dir}/{name}"
                 if key.startswith(prefix):
@@ -91,13 +111,17 @@ class LocalBackend:
         self.path(key).unlink(missing_ok=True)
 
     def clean_temp(self, older_than: float) -> int:
-        """Remove temp files left by killed writers whose mtime is before `older_than`."""
+        """Remove temp files and partial pieces left by killed writers whose mtime is before
+        `older_than`."""
         removed = 0
-        for entry in os.scandir(self.root / _TMP_DIR):
-            try:
-                if entry.stat().st_mtime < older_than:
-                    os.unlink(entry.path)
-                    removed += 1
-            except FileNotFoundError:
+        for directory in (self.root / _TMP_DIR, self.root / PARTIAL_DIR):
+            if not directory.is_dir():
                 continue
+            for entry in os.scandir(directory):
+                try:
+                    if entry.stat().st_mtime < older_than:
+                        os.unlink(entry.path)
+                        removed += 1
+                except FileNotFoundError:
+                    continue
         return removed
