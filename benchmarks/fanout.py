@@ -289,6 +289,20 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
     last_report = 0.0
     while True:
         now = time.monotonic() - started
+        # Before the poll, which takes a second or more on a starved machine: the restart comes
+        # when it is due, not when the poll is done.
+        if restart_at and now >= restart_at[0]:
+            run.restarted_at = now
+            cpu = restart(rig, run, restart_at[1], origin_url, args)
+            listening = time.monotonic() - started - now
+            trigger_together(rig, restart_at[1], manifest.id, gate)
+            names = [h.name for h in restart_at[1]]
+            run.events.append(
+                f"t={now:.2f}s restarted {names}, listening {listening:.2f} s later, "
+                f"having used {cpu:.2f} s of CPU each (the slowest)"
+            )
+            restart_at = None
+            continue
         held = {h.name: run.held(h) for h in run.hosts}
         live = [h for h in run.hosts if h.name not in run.dead]
         never_killed = [h for h in live if h.starts == 1]
@@ -312,25 +326,8 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
             victims = kill_quarter(rig, run, held, rng, always=run.seeds)
             killed = run.killed_at = time.monotonic() - started
             run.events[-1] = f"t={killed:.2f}s {run.events[-1]}"
-            restart = rng.sample(victims, math.ceil(len(victims) / 2))
-            restart_at = (killed + 10, restart)
-        if restart_at and now >= restart_at[0]:
-            run.restarted_at = now
-            for host in restart_at[1]:
-                host.resumed_from = len(run.held(host))
-                # As a supervisor would: the same command line. Its seeds are dead, unless one
-                # came back with it, so it rejoins through the members it remembers.
-                start_daemon(rig, host, run.seeds, origin_url, daemon_flags(args))
-                if args.boost_restarted:  # its own session, so its own autogroup (see `spawn`)
-                    assert host.proc is not None
-                    Path(f"/proc/{host.proc.pid}/autogroup").write_text("-15")
-                run.dead.discard(host.name)
-            wait_listening(restart_at[1], time.monotonic() + 60)
-            listening = time.monotonic() - started - now
-            trigger_together(rig, restart_at[1], manifest.id, gate)
-            names = [h.name for h in restart_at[1]]
-            run.events.append(f"t={now:.2f}s restarted {names}, listening {listening:.2f} s later")
-            restart_at = None
+            coming_back = rng.sample(victims, math.ceil(len(victims) / 2))
+            restart_at = (killed + 10, coming_back)
         if args.chaos_origin and not origin_done and twice_held(held, list(run.sizes), live):
             origin_done = True
             rig.kill(origin)
@@ -339,6 +336,25 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
         # Polls every 0.2 s, but wakes for a restart when it is due rather than up to 0.2 s late.
         due = restart_at[0] - (time.monotonic() - started) if restart_at else 0.2
         time.sleep(min(0.2, max(0.0, due)))
+
+
+def restart(
+    rig: Rig, run: Run, hosts: list[Host], origin_url: str, args: argparse.Namespace
+) -> float:
+    """Start the killed `hosts` again, wait until they listen, and return the most CPU seconds
+    one had used by then: on a busy machine its share of the cores sets how long that takes."""
+    for host in hosts:
+        host.resumed_from = len(run.held(host))
+        # As a supervisor would: the same command line. Its seeds are dead, unless one came
+        # back with it, so it rejoins through the members it remembers.
+        start_daemon(rig, host, run.seeds, origin_url, daemon_flags(args))
+        if args.boost_restarted:  # its own session, so its own autogroup (see `spawn`)
+            assert host.proc is not None
+            Path(f"/proc/{host.proc.pid}/autogroup").write_text("-15")
+        run.dead.discard(host.name)
+    wait_listening(hosts, time.monotonic() + 60)
+    # `ip netns exec` execs the daemon, so the process is the daemon itself.
+    return max(sum(proc_cpu_seconds(f"/proc/{h.proc.pid}/stat")) for h in hosts if h.proc)
 
 
 def restart_report(run: Run, records: list[dict[str, Any]]) -> list[dict[str, object]]:
