@@ -182,6 +182,18 @@ def read_request(conn: socket.socket) -> dict[str, object]:
     return request
 
 
+def answer_each(conn: socket.socket, reply: Callable[[dict[str, object]], bytes]) -> None:
+    """Answer the requests on one connection in order, each with `reply(request)`, until the
+    requester hangs up."""
+    with conn:
+        while True:
+            try:
+                request = read_request(conn)
+            except (struct.error, OSError):
+                return
+            conn.sendall(reply(request))
+
+
 ACCEPTED: list[tuple[str, int]] = []  # every connection the `peer` fixture accepted
 
 

@@ -5,7 +5,6 @@ origin's kept-alive HTTP connections."""
 import functools
 import os
 import socket
-import struct
 import threading
 import time
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -18,7 +17,7 @@ from shipyard.distribute.transfer import Lane, LaneReset, PieceCall, send_piece
 from shipyard.distribute.wire import PeerBusy, PeerGone, PeerUnavailable, encode
 from shipyard.errors import NotFound, StorageError
 
-from .conftest import ACCEPTED, BytesSink, read_request
+from .conftest import ACCEPTED, BytesSink, answer_each, read_request
 
 BODY = os.urandom(300_000)
 
@@ -28,15 +27,11 @@ def body_for(piece_hash: object) -> bytes:
 
 
 def serve_pieces(conn: socket.socket) -> None:
-    """Answer piece requests on one connection, in order, until the requester hangs up."""
-    with conn:
-        while True:
-            try:
-                request = read_request(conn)
-            except (struct.error, OSError):
-                return
-            body = body_for(request["hash"])
-            conn.sendall(encode({"size": len(body), "have": request["have"]}) + body)
+    def piece(request: dict[str, object]) -> bytes:
+        body = body_for(request["hash"])
+        return encode({"size": len(body), "have": request["have"]}) + body
+
+    answer_each(conn, piece)
 
 
 def fetch(lane: Lane, call: PieceCall | None = None, piece_hash: str = "ab" * 32) -> bytes:

@@ -5,9 +5,9 @@ import functools
 import os
 import re
 import socket
-import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import ClassVar
@@ -19,7 +19,7 @@ from shipyard.distribute.transfer import Lane, PieceCall, piece_request
 from shipyard.distribute.wire import encode
 from shipyard.store.partial import SinkError
 
-from .conftest import ACCEPTED, BytesSink, read_request
+from .conftest import ACCEPTED, BytesSink, answer_each
 
 BODY = os.urandom(600_000)
 Peer = Callable[[Callable[[socket.socket], None]], tuple[str, int]]
@@ -27,26 +27,18 @@ Peer = Callable[[Callable[[socket.socket], None]], tuple[str, int]]
 
 def serve_from_offsets(conn: socket.socket) -> None:
     """Answer piece requests with the bytes from each request's offset on."""
-    with conn:
-        while True:
-            try:
-                request = read_request(conn)
-            except (struct.error, OSError):
-                return
-            offset = int(str(request.get("offset", 0)))
-            header = {"size": len(BODY) - offset} | ({"offset": offset} if offset else {})
-            conn.sendall(encode(header) + BODY[offset:])
+
+    def rest(request: dict[str, object]) -> bytes:
+        offset = int(str(request.get("offset", 0)))
+        header = {"size": len(BODY) - offset} | ({"offset": offset} if offset else {})
+        return encode(header) + BODY[offset:]
+
+    answer_each(conn, rest)
 
 
 def serve_whole(conn: socket.socket) -> None:
     """A sender that does not resume pieces: every reply is the whole piece."""
-    with conn:
-        while True:
-            try:
-                read_request(conn)
-            except (struct.error, OSError):
-                return
-            conn.sendall(encode({"size": len(BODY)}) + BODY)
+    answer_each(conn, lambda _: encode({"size": len(BODY)}) + BODY)
 
 
 def lane_to(address: tuple[str, int]) -> Lane:
@@ -116,18 +108,22 @@ class Ranged(SimpleHTTPRequestHandler):
         """Quiet."""
 
 
-def origin_over(directory: Path, handler: type[SimpleHTTPRequestHandler]) -> ThreadingHTTPServer:
+@contextmanager
+def origin_over(directory: Path, handler: type[SimpleHTTPRequestHandler]) -> Iterator[HttpOrigin]:
+    """An origin client of a static HTTP server over `directory`, which holds one piece."""
     (directory / "pieces").mkdir(exist_ok=True)
     (directory / "pieces" / "p1").write_bytes(BODY)
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=directory))
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    try:
+        yield HttpOrigin(f"http://127.0.0.1:{server.server_address[1]}")
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_the_origin_is_asked_for_the_rest_with_a_range(tmp_path: Path) -> None:
-    server = origin_over(tmp_path, Ranged)
-    try:
-        origin = HttpOrigin(f"http://127.0.0.1:{server.server_address[1]}")
+    with origin_over(tmp_path, Ranged) as origin:
         sink = BytesSink(kept=BODY[:100_000])
         origin.read_into("pieces/p1", sink)
         assert Ranged.ranges == ["bytes=100000-"]
@@ -136,9 +132,6 @@ def test_the_origin_is_asked_for_the_rest_with_a_range(tmp_path: Path) -> None:
         whole = BytesSink()
         origin.read_into("pieces/p1", whole)  # nothing kept: a plain GET on the same connection
         assert bytes(whole.data) == BODY and Ranged.ranges == ["bytes=100000-"]
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 class Quiet(SimpleHTTPRequestHandler):
@@ -149,13 +142,8 @@ class Quiet(SimpleHTTPRequestHandler):
 
 
 def test_an_origin_that_ignores_ranges_sends_the_piece_whole(tmp_path: Path) -> None:
-    server = origin_over(tmp_path, Quiet)
-    try:
-        origin = HttpOrigin(f"http://127.0.0.1:{server.server_address[1]}")
+    with origin_over(tmp_path, Quiet) as origin:
         sink = BytesSink(kept=BODY[:100_000])
         origin.read_into("pieces/p1", sink)
         assert (sink.kept, sink.received) == (0, len(BODY))
         assert bytes(sink.data) == BODY
-    finally:
-        server.shutdown()
-        server.server_close()

@@ -57,23 +57,19 @@ class LocalBackend:
             raise NotFound(f"object {key!r} not found in {self.uri}") from None
 
     def put(self, key: str, data: bytes | memoryview) -> None:
-        final = self.path(key)
+        self.path(key)  # a bad key is refused before anything is written
         tmp = self.root / _TMP_DIR / f"{uuid.uuid4().hex}.part"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
             try:
                 write_fd(fd, data)
-                if self.fsync:
-                    os.fsync(fd)
+                self.put_file(key, tmp, fd)
             finally:
                 os.close(fd)
-            final.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(tmp, final)
-            if self.fsync:
-                fsync_dir(final.parent)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise StorageError(f"cannot write {key!r} under {self.root}: {why(exc)}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)  # already gone once renamed into place
 
     def put_file(self, key: str, path: Path, fd: int) -> None:
         """Move the finished file `path` (open as `fd`) into place as `key`: no copy. It must be
