@@ -126,18 +126,7 @@ class Controller:
     def _on_step(self, a: Attempt, beat: Beat) -> None:
         f = beat.fields
         self.steps.write(a.number, beat)
-        for found in self.stragglers.observe(beat.rank, beat.step - 1, float(f["work_time"])):
-            self.table.event(
-                self.run.run_id,
-                "straggler",
-                rank=found.rank,
-                window=found.window,
-                ratio=found.ratio,
-            )
-            self.straggler_count += 1
-            self.say(f"straggler: rank {found.rank} at {found.ratio:.2f}× the median work time")
-            if self.cfg.controller.spares and self.drain is None:
-                self.drain = (found.rank, self.run.checkpoint_step)
+        self._watch_stragglers(beat)
         if beat.rank == 0:
             self.ledger.step(beat.step, f["step_time"], f["data_wait"], f["stall"], beat.at)
             committed = int(f["committed"])
@@ -154,6 +143,28 @@ class Controller:
             self.pool.fill()
 
     # Failure detection
+
+    def _watch_stragglers(self, beat: Beat) -> None:
+        """Compare the ranks' work times, window by window. Not while a spare warms up: it
+        takes CPU from whichever ranks share its cores, and a healthy rank reads as slow (on two
+        cores, a replacement was drained again while the next spares imported torch)."""
+        if self.pool.warming():
+            self.stragglers.reset()  # judged afresh from the first whole window after
+            return
+        for found in self.stragglers.observe(
+            beat.rank, beat.step - 1, float(beat.fields["work_time"])
+        ):
+            self.table.event(
+                self.run.run_id,
+                "straggler",
+                rank=found.rank,
+                window=found.window,
+                ratio=found.ratio,
+            )
+            self.straggler_count += 1
+            self.say(f"straggler: rank {found.rank} at {found.ratio:.2f}× the median work time")
+            if self.cfg.controller.spares and self.drain is None:
+                self.drain = (found.rank, self.run.checkpoint_step)
 
     def _check_exits(self, now: float) -> None:
         a = self.attempt

@@ -91,6 +91,13 @@ class SparePool:
         while len(self._ready) < self.size:
             self._ready.append(spawn_worker(self.log_dir))
 
+    def warming(self) -> bool:
+        """Whether a spare is still paying its start-up: on a host whose cores the ranks share,
+        it takes CPU from them meanwhile."""
+        return any(
+            p.poll() is None and not warm_marker(self.log_dir, p.pid).exists() for p in self._ready
+        )
+
     def take(self) -> subprocess.Popen[bytes]:
         """A warm spare (else the oldest one, else a fresh worker process)."""
         self._ready = [p for p in self._ready if p.poll() is None]
