@@ -351,11 +351,12 @@ class Holding:
         not stall the event loop); return how many bytes came, and how many were kept from a
         transfer cut short."""
         piece_hash = self.hashes[index]
+        size, stored = self.sizes[piece_hash], partial(self.has, index)
+        receive = partial(self.ctx.partials.receive, piece_hash, size, held=stored)
         if call is None:
             origin = self.ctx.origin
             assert origin is not None
-            key = piece_key(piece_hash)
-            return await self._blocking(self._receive, index, partial(origin.read_into, key))
+            return await self._blocking(receive, partial(origin.read_into, piece_key(piece_hash)))
         relay = self._relay is not None and source in self._relay[1].upstream
         me, held = self.ctx.membership.me, self.held
         lane = self.ctx.lanes(parse_address(source), lane_index)
@@ -366,29 +367,13 @@ class Holding:
             replies.append(lane.fetch(call, header, sink))
 
         try:
-            counts = await self._blocking(self._receive, index, fetch)
+            counts = await self._blocking(receive, fetch)
         except asyncio.CancelledError:
             call.abort()  # the worker thread is blocked on the socket: end its receive now
             raise
         if replies:
             self.ctx.membership.note_have(source, self.artifact, replies[0].get("have"))
         return counts
-
-    def _receive(self, index: int, fetch: Callable[[PieceSink], None]) -> tuple[int, int]:
-        """On a transfer thread: open the piece's sink (with the bytes a cut-short transfer
-        kept), `fetch` the rest into it and commit it; return the bytes this transfer added and
-        those it kept."""
-        piece_hash = self.hashes[index]
-        size = self.sizes[piece_hash]
-        sink = self.ctx.partials.open(piece_hash, size)
-        try:
-            if sink.kept < size:
-                fetch(sink)
-            if not self.has(index):  # else a hedged twin stored it first
-                sink.commit()
-            return sink.received, sink.kept
-        finally:
-            sink.close()
 
     async def _blocking(self, fn: Callable[..., T], *args: object) -> T:
         """Run `fn` on the daemon's transfer threads."""

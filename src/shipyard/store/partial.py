@@ -15,7 +15,7 @@ file (a hedged twin), the bytes are gathered in memory instead (`MemorySink`), a
 import hashlib
 import os
 import threading
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Protocol
 
 from shipyard.errors import IntegrityError, StorageError
@@ -195,6 +195,26 @@ class Partials:
         except BaseException:
             self.release(piece_hash)
             raise
+
+    def receive(
+        self,
+        piece_hash: str,
+        size: int,
+        fetch: Callable[[PieceSink], None],
+        held: Callable[[], bool],
+    ) -> tuple[int, int]:
+        """On a transfer thread: open the piece's sink (with the bytes a cut-short transfer
+        kept), `fetch` the rest into it and commit it unless `held()` says a twin stored it
+        first; return the bytes this transfer added and those it kept."""
+        sink = self.open(piece_hash, size)
+        try:
+            if sink.kept < size:
+                fetch(sink)
+            if not held():
+                sink.commit()
+            return sink.received, sink.kept
+        finally:
+            sink.close()
 
     def release(self, piece_hash: str) -> None:
         with self._lock:

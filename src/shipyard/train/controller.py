@@ -145,22 +145,15 @@ class Controller:
     # Failure detection
 
     def _watch_stragglers(self, beat: Beat) -> None:
-        """Compare the ranks' work times, window by window. Not while a spare warms up: it
-        takes CPU from whichever ranks share its cores, and a healthy rank reads as slow (on two
-        cores, a replacement was drained again while the next spares imported torch)."""
+        """Compare the ranks' work times, window by window; not while a spare warms up, taking
+        CPU from the ranks beside it (on two cores a healthy replacement read slow)."""
         if self.pool.warming():
             self.stragglers.reset()  # judged afresh from the first whole window after
             return
-        for found in self.stragglers.observe(
-            beat.rank, beat.step - 1, float(beat.fields["work_time"])
-        ):
-            self.table.event(
-                self.run.run_id,
-                "straggler",
-                rank=found.rank,
-                window=found.window,
-                ratio=found.ratio,
-            )
+        work_time = float(beat.fields["work_time"])
+        for found in self.stragglers.observe(beat.rank, beat.step - 1, work_time):
+            detail = {"rank": found.rank, "window": found.window, "ratio": found.ratio}
+            self.table.event(self.run.run_id, "straggler", **detail)
             self.straggler_count += 1
             self.say(f"straggler: rank {found.rank} at {found.ratio:.2f}× the median work time")
             if self.cfg.controller.spares and self.drain is None:
