@@ -1,4 +1,4 @@
-"""Trace loading and replay, including a slice of the real Philly trace when it is present."""
+"""Trace loading and replay, including a slice of the real Philly trace (vendored in data/)."""
 
 from pathlib import Path
 
@@ -8,10 +8,7 @@ from shipyard.errors import InvalidInput
 from shipyard.scheduler.experiments import simulate_trace
 from shipyard.scheduler.trace import declared_limit, load_philly, load_vc_sizes
 
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "data" / "traces"
-needs_philly = pytest.mark.skipif(
-    not (TRACES / "philly.csv").exists(), reason=f"Philly trace not found under {TRACES}"
-)
+TRACES = Path(__file__).resolve().parents[2] / "data" / "traces"
 
 
 def test_declared_limits_are_power_of_two_hours_capped() -> None:
@@ -36,7 +33,6 @@ def test_load_factor_divides_gaps(tmp_path: Path) -> None:
         load_philly(trace)
 
 
-@needs_philly
 def test_philly_small_vcs_replay() -> None:
     vcs = {vc: n for vc, n in load_vc_sizes(TRACES / "philly_vc.csv").items() if n == 8}
     trace = load_philly(TRACES / "philly.csv", load_factor=4)
