@@ -1,4 +1,4 @@
-"""Fixtures for the data pipeline's tests: synthetic WARC files and the shared crawl excerpt."""
+"""Fixtures for the data pipeline's tests: synthetic WARC files and the vendored crawl excerpt."""
 
 import random
 from collections.abc import Callable
@@ -8,7 +8,7 @@ import pytest
 
 from shipyard.data.warcpack import Page, write_warc
 
-SHARED_CRAWL = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "crawl"
+CRAWL = Path(__file__).resolve().parents[2] / "data" / "crawl"
 
 WORDS = [
     "the",
@@ -192,6 +192,4 @@ def make_warc(tmp_path: Path) -> MakeWarc:
 
 @pytest.fixture
 def crawl_dir() -> Path:
-    if not SHARED_CRAWL.is_dir():
-        pytest.skip(f"shared crawl excerpt not found at {SHARED_CRAWL}")
-    return SHARED_CRAWL.resolve()
+    return CRAWL
