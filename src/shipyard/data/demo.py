@@ -1,6 +1,6 @@
 """The data pipeline's part of `shipyard demo`: the bundled crawl excerpt → token shards.
 
-Runs when `../shared/data/crawl/warcfile.warc.gz` (beside the project checkout, or the path in
+Runs when `data/crawl/warcfile.warc.gz` (vendored in the project checkout, or the path in
 `$SHIPYARD_DEMO_CRAWL`) exists and the `data` extra is installed; otherwise says why it skipped.
 """
 
@@ -11,9 +11,7 @@ from pathlib import Path
 import shipyard
 from shipyard.workspace import Workspace, shipyard_home
 
-DEFAULT_CRAWL = (
-    Path(shipyard.__file__).resolve().parents[2] / ".." / "shared" / "data" / "crawl"
-) / "warcfile.warc.gz"
+DEFAULT_CRAWL = Path(shipyard.__file__).resolve().parents[2] / "data" / "crawl" / "warcfile.warc.gz"
 
 
 def crawl_to_tokens(ws: Workspace) -> list[str]:
