@@ -1,6 +1,6 @@
 """Replay the Philly trace: the Helios simulator check, then Shipyard vs a Slurm-like baseline.
 
-    .venv/bin/python benchmarks/scheduler_philly.py [--load-factor 4] [--data ../shared/data]
+    .venv/bin/python benchmarks/scheduler_philly.py [--load-factor 4] [--data data]
 
 Simulator check (load factor 1): strict FIFO and SJF per VC must give about 11,585 s and
 11,543 s average JCT. Policy comparison at the chosen load factor (default 4): Shipyard's policy
@@ -22,7 +22,7 @@ HELIOS_ON_THIS_CSV = {"fifo": 11585.0, "sjf": 11543.0}
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--load-factor", type=float, default=4.0)
-    default_data = Path(__file__).resolve().parents[2] / "shared" / "data"
+    default_data = Path(__file__).resolve().parents[1] / "data"
     parser.add_argument("--data", type=Path, default=default_data)
     args = parser.parse_args()
     traces = args.data / "traces"
