@@ -360,8 +360,8 @@ def restart(
 def restart_report(run: Run, records: list[dict[str, Any]]) -> list[dict[str, object]]:
     """Per restarted host, from its transfer trace: the pieces it held at the kill, how far it
     trailed a link run full from the start (`lag_s`, at its own rate after the restart), and how
-    long after the restart it asked for and stored its first piece. docs/distribution.md, "Where
-    `--chaos` loses its time", adds them up."""
+    long after the restart it asked for and stored its first piece: what a restarted host's
+    finish time is made of."""
     assert run.killed_at is not None and run.restarted_at is not None
     rows: list[dict[str, object]] = []
     for host in run.hosts:

@@ -37,6 +37,6 @@ def test_cli_reports_a_bad_seed_list() -> None:
 
 def test_the_default_request_count_is_what_the_mesh_lanes_take() -> None:
     # More would put requests on uplinks the mesh already fills; fewer would leave a lane a
-    # single request, idle between pieces (docs/distribution.md, "Why eight requests open").
+    # single request, idle between pieces (docs/distribution.md, "Limits and defaults").
     config = DaemonConfig(listen=("127.0.0.1", 1), store="/tmp/x")
     assert config.max_inflight == config.mesh_degree * config.per_peer_inflight

@@ -10,7 +10,7 @@ So a peer fetching a whole artifact `catch_up_lag` pieces or more behind the med
 keeps twice the requests open, on a second connection to each peer it asks, until it is level
 again: two shares of each uplink instead of one. A second connection without the extra requests
 lost the pipelining on both and did not help; nor did extra requests queued on the one
-connection (docs/distribution-history.md, fourteenth and fifteenth sessions).
+connection (measured side by side; see the git history of docs/distribution.md).
 
 A peer as far ahead of the median keeps one request fewer on each lane. Its connections then
 pause between pieces, and in those pauses its upstream peers' uplinks carry their other

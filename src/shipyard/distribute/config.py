@@ -43,11 +43,11 @@ class DaemonConfig:
     # Requests open in all, queued ones on a lane included: as many as the mesh lanes take
     # (`mesh_degree` x `per_peer_inflight`), so a request to a peer outside the mesh goes out
     # only when a lane has nothing to ask for. Each such request takes a share of an uplink its
-    # holder's own downstream peers already fill (docs/distribution.md, "Why twelve requests").
+    # holder's own downstream peers already fill (docs/distribution.md, "Limits and defaults").
     max_inflight: int = 12
     # Requests open to one peer, pipelined on its lane. Three, because on a busy host the next
     # request can take longer to reach the peer than a piece takes on the lane, and the peer's
-    # link must never wait for it (docs/distribution.md, "Why twelve requests").
+    # link must never wait for it (docs/distribution.md, "Limits and defaults").
     per_peer_inflight: int = 3
     # Pieces behind the median live member at which a peer fetching a whole artifact catches
     # up (twice the requests, on two connections to each peer), and ahead of it at which it

@@ -11,7 +11,7 @@ not seen, so null), so the traces of a whole swarm line up when the hosts' clock
 `hop_summary` reads a swarm's traces back (`shipyard peer hops TRACE...`): how many hops each piece
 took from its first copy, how long after that copy each hop landed, and what one hop cost, split
 into noticing the piece upstream, waiting behind the lane's earlier pieces, and the transfer
-itself. docs/distribution.md, "Where `--chaos` loses its time", shows what it found.
+itself.
 """
 
 import contextlib
