@@ -15,7 +15,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     commands = data.add_subparsers(dest="data_command", required=True, metavar="COMMAND")
 
     run = commands.add_parser("run", help="run a pipeline config (TOML); prints artifact ids")
-    run.add_argument("config", type=Path)
+    run.add_argument("config", type=Path, help="pipeline config, TOML (docs/data.md)")
     run.add_argument("--executor", choices=["local", "ray"], help="override executor.kind")
     run.add_argument("--workers", type=int, help="override executor.workers")
     run.set_defaults(func=_run)

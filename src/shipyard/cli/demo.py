@@ -9,7 +9,9 @@ import argparse
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     demo = subparsers.add_parser("demo", help="run Shipyard's main job on embedded defaults")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument(
+        "--seed", type=int, default=0, help="seed of the generated data and training (default 0)"
+    )
     demo.set_defaults(func=_demo)
 
 

@@ -16,7 +16,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     get.add_argument("--peer", required=True, metavar="HOST:PORT", help="the daemon to ask")
     get.add_argument("--dest", type=Path, help="also write the files here")
     get.add_argument("--tensors", metavar="PATTERN", help="only tensors matching this glob")
-    get.add_argument("--stall-timeout", type=float, default=120.0, metavar="SECONDS")
+    get.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="give up after this many seconds without progress (default 120)",
+    )
     get.set_defaults(func=_pull)
 
 
