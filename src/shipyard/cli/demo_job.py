@@ -1,6 +1,6 @@
 """Shipyard's main job on embedded defaults, end to end (`shipyard demo`).
 
-Runs the bundled Common Crawl excerpt (when `../shared/data` is present) through the data
+Runs the Common Crawl excerpt vendored in `data/crawl` (see `data/README.md`) through the data
 pipeline into token shards, trains a small model on them with one injected rank kill, registers
 it as `demo-trained`; stores a generated safetensors model with lineage to a generated dataset as
 `demo-model`, materializes and verifies it; pulls the trained model onto three local peers; and
@@ -62,7 +62,7 @@ def run_demo(seed: int) -> None:
         make_model(work / "model", seed)
         dataset = ws.put(work / "dataset", "dataset", name="demo-dataset")
         print(f"dataset   {dataset.id}  ({dataset.size:,} bytes)")
-        tokens = crawl_to_tokens(ws)  # the bundled crawl excerpt → token shards, when present
+        tokens = crawl_to_tokens(ws)  # the vendored crawl excerpt → token shards
         trained = train_demo(ws, tokens, seed)  # one injected failure → demo-trained
         model = ws.put(work / "model", "model", inputs=[dataset.id, *tokens], piece_size=1 << 20)
         print(f"model     {model.id}  ({model.size:,} bytes, {model.file_count} files)")
