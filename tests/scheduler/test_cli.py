@@ -1,75 +1,37 @@
 """`shipyard scheduler serve` as a real process, driven by `shipyard job` and its HTTP API."""
 
 import json
-import signal
-import socket
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tests.conftest import free_port
 
-CONFIG = {
-    "nodes": [{"name": "n0", "gpus": 4}, {"name": "n1", "gpus": 4}],
-    "teams": [{"team": "a", "nominal": {"gpu": 8}}],
-}
-
-
-def shipyard(*args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "shipyard.cli.main", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-
-
-def call(url: str, method: str = "GET", body: Any = None) -> tuple[int, Any]:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
-
-
-def wait_for(check: Any, limit: float = 30.0) -> Any:
-    deadline = time.monotonic() + limit
-    while True:
-        value = check()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.1)
+from .live import Live, scheduler, shipyard, wait_for
 
 
 @pytest.fixture
-def server(shipyard_home: Path, tmp_path: Path) -> Iterator[str]:
-    config = tmp_path / "cluster.json"
-    config.write_text(json.dumps(CONFIG))
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    cmd = [sys.executable, "-m", "shipyard.cli.main", "scheduler", "serve"]
-    cmd += ["--config", str(config), "--port", str(port), "--tick", "0.1"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    url = f"http://127.0.0.1:{port}"
-
-    def up() -> bool:
-        try:
-            return call(url + "/status")[0] == 200
-        except OSError:
-            return False
-
-    wait_for(up)
-    yield url
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=30)
+def server(shipyard_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
+    with scheduler(shipyard_home, tmp_path) as live:
+        monkeypatch.setenv("SHIPYARD_SCHEDULER_URL", live.url)  # for the `shipyard job` calls
+        yield live
 
 
-def test_submit_status_cancel(server: str, tmp_path: Path, shipyard_home: Path) -> None:
+def samples(live: Live) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """The service's metrics, parsed: (sample name, sorted labels) → value."""
+    code, text = live.request("GET", "/metrics")
+    assert code == 200
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_submit_status_cancel(server: Live, tmp_path: Path, shipyard_home: Path) -> None:
     out = tmp_path / "gpus.txt"
     script = f"import os; open({str(out)!r}, 'w').write(os.environ['CUDA_VISIBLE_DEVICES'])"
     submitted = shipyard(
@@ -78,49 +40,85 @@ def test_submit_status_cancel(server: str, tmp_path: Path, shipyard_home: Path) 
     )  # fmt: skip
     assert submitted.returncode == 0, submitted.stderr
     job_id = submitted.stdout.strip()
-    wait_for(lambda: call(f"{server}/jobs/{job_id}")[1]["state"] == "done")
-    row = call(f"{server}/jobs/{job_id}")[1]
+    wait_for(lambda: server.request("GET", f"/jobs/{job_id}")[1]["state"] == "done")
+    row = server.request("GET", f"/jobs/{job_id}")[1]
     assert row["gpus"] == {"n0": [0, 1, 2, 3], "n1": [0, 1, 2, 3]}
     assert out.read_text() == "0,1,2,3"
     assert (shipyard_home / "catalog.db").exists()  # the queue lives in the catalog database
+    shown = shipyard("job", "status", job_id)
+    assert shown.returncode == 0 and json.loads(shown.stdout)["state"] == "done"
 
     spec = {"team": "a", "gpus": 2, "time_limit": 60, "command": ["sleep", "60"], "grace": 1}
-    code, body = call(f"{server}/jobs", "POST", spec)
+    code, body = server.request("POST", "/jobs", spec)
     assert code == 200
     sleeper = body["id"]
-    wait_for(lambda: call(f"{server}/jobs/{sleeper}")[1]["state"] == "running")
-    status = call(f"{server}/status")[1]
+    wait_for(lambda: server.request("GET", f"/jobs/{sleeper}")[1]["state"] == "running")
+    status = server.request("GET", "/status")[1]
     assert status["free_gpus"] == 6 and status["largest_gang"]["4_per_node"] == 4
     cancelled = shipyard("job", "cancel", sleeper)
     assert cancelled.stdout.split() == [sleeper, "cancelling"]
-    wait_for(lambda: call(f"{server}/jobs/{sleeper}")[1]["state"] == "cancelled")
+    wait_for(lambda: server.request("GET", f"/jobs/{sleeper}")[1]["state"] == "cancelled")
     listing = shipyard("job", "status").stdout
-    # A drained node takes no new work: a 2 × 4 gang now waits.
-    assert call(f"{server}/nodes/n1/state", "POST", {"state": "drained"})[0] == 200
-    spec = {"team": "a", "gpus": 8, "gpus_per_node": 4, "time_limit": 60, "command": ["true"]}
-    waiting = call(f"{server}/jobs", "POST", spec)[1]["id"]
-    time.sleep(1.0)  # several passes
-    assert call(f"{server}/jobs/{waiting}")[1]["state"] == "queued"
-    assert call(f"{server}/status")[1]["nodes"] == {"n0": "up", "n1": "drained"}
-    assert call(f"{server}/nodes/n1/state", "POST", {"state": "broken"})[0] == 400
-    with urllib.request.urlopen(f"{server}/metrics", timeout=10) as response:
-        metrics = response.read().decode()
-    assert 'shipyard_scheduler_events_total{event="done"} 1' in metrics
-    assert 'shipyard_scheduler_events_total{event="cancelled"} 1' in metrics
-    assert "shipyard_scheduler_queued_jobs 1" in metrics
     assert f"{job_id}  done" in listing and f"{sleeper}  cancelled" in listing
+    metrics = samples(server)
+    assert metrics[("shipyard_scheduler_events_total", (("event", "done"),))] == 1
+    assert metrics[("shipyard_scheduler_events_total", (("event", "cancelled"),))] == 1
 
 
-def test_bad_requests_are_refused(server: str) -> None:
+def test_drained_node_takes_no_new_work(server: Live) -> None:
+    assert server.request("POST", "/nodes/n1/state", {"state": "drained"})[0] == 200
+    assert server.request("GET", "/status")[1]["nodes"] == {"n0": "up", "n1": "drained"}
+    spec = {"team": "a", "gpus": 8, "gpus_per_node": 4, "time_limit": 60, "command": ["true"]}
+    waiting = server.request("POST", "/jobs", spec)[1]["id"]
+    # The service has taken the job into its queue (it counts as queued only once a pass has
+    # seen it and left it there), and then run two more passes without starting it.
+    wait_for(lambda: samples(server)[("shipyard_scheduler_queued_jobs", ())] == 1)
+    seen = samples(server)[("shipyard_scheduler_passes_total", ())]
+    wait_for(lambda: samples(server)[("shipyard_scheduler_passes_total", ())] >= seen + 2)
+    assert server.request("GET", f"/jobs/{waiting}")[1]["state"] == "queued"
+    assert ("shipyard_scheduler_events_total", (("event", "admit"),)) not in samples(server)
+    assert server.request("POST", "/nodes/n1/state", {"state": "broken"})[0] == 400
+    # Back up, the node takes the gang at once: the wait above was the drain, not a dead loop.
+    assert server.request("POST", "/nodes/n1/state", {"state": "up"})[0] == 200
+    wait_for(lambda: server.request("GET", f"/jobs/{waiting}")[1]["state"] == "done")
+
+
+def test_bad_requests_are_refused(server: Live) -> None:
     spec: dict[str, Any] = {"team": "zz", "gpus": 1, "time_limit": 5, "command": ["true"]}
-    code, body = call(f"{server}/jobs", "POST", spec)
+    code, body = server.request("POST", "/jobs", spec)
     assert code == 400 and "team 'zz' has no quota" in body["error"]
     spec.update(team="a", gpus=3, gpus_per_node=2)
-    code, body = call(f"{server}/jobs", "POST", spec)
+    code, body = server.request("POST", "/jobs", spec)
     assert code == 400 and "gpus_per_node 2" in body["error"]
-    assert call(f"{server}/jobs/nope")[0] == 404
+    for field, value in (("gpus", True), ("gpus", 1.5), ("time_limit", "5"), ("team", 7)):
+        code, body = server.request("POST", "/jobs", {**spec, "gpus_per_node": None, field: value})
+        assert code == 400 and f"submit: {field} = " in body["error"], body
+    code, body = server.request("POST", "/jobs", {**spec, "gpus": 1, "preemptions": 99})
+    assert code == 400 and "unknown fields ['preemptions']" in body["error"]
+    assert server.request("GET", "/jobs/nope")[0] == 404
     bad = shipyard("job", "submit", "--team", "a", "--gpus", "1", "--time-limit", "soon", "--", "x")
     assert bad.returncode == 2 and "bad duration 'soon'" in bad.stderr
+    refused = shipyard(
+        "job", "submit", "--team", "zz", "--gpus", "1", "--time-limit", "5", "--", "x"
+    )
+    assert refused.returncode == 2 and "team 'zz' has no quota" in refused.stderr
+    missing = shipyard("job", "status", "nope")
+    assert missing.returncode == 4 and "job 'nope' not found" in missing.stderr
+    assert server.request("GET", "/jobs")[1] == []
+
+
+def test_job_commands_without_a_scheduler_exit_6(shipyard_home: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens here
+    for args in (("status",), ("status", "abc"), ("cancel", "abc")):
+        result = shipyard("job", *args, "--url", url)
+        assert result.returncode == 6, (args, result)
+        assert len(result.stderr.splitlines()) == 1 and url in result.stderr
+        assert "Traceback" not in result.stderr and result.stdout == ""
+    # With no token either (the scheduler never ran under this home), submit says so.
+    result = shipyard("job", "submit", "--url", url, "--team", "a", "--gpus", "1",
+                      "--time-limit", "5", "--", "true")  # fmt: skip
+    assert result.returncode == 6 and "scheduler.token does not exist" in result.stderr
+    assert url in result.stderr
 
 
 def test_simulate_command(tmp_path: Path) -> None:

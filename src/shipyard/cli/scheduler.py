@@ -1,14 +1,23 @@
-"""`shipyard scheduler serve|simulate` and `shipyard job submit|cancel|status`."""
+"""`shipyard scheduler serve|simulate` and `shipyard job submit|cancel|status`.
+
+The job commands talk to the running service over its HTTP API (`--url`, default
+`$SHIPYARD_SCHEDULER_URL` or http://127.0.0.1:8642), sending the token the service wrote under
+`$SHIPYARD_HOME`; with no service answering they exit 6 naming the URL.
+"""
 
 import argparse
 import json
+import os
 import re
 from pathlib import Path
+from typing import Any
+from urllib.parse import quote
 
 from shipyard.errors import InvalidInput
-from shipyard.scheduler.model import PRIORITY_CLASSES, TOPOLOGY_MODES, Job
+from shipyard.scheduler.model import PRIORITY_CLASSES, TOPOLOGY_MODES
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_URL = "http://127.0.0.1:8642"
 
 
 def duration(text: str) -> float:
@@ -26,19 +35,28 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     commands = sched.add_subparsers(dest="scheduler_command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="run the scheduler service with the local backend")
     serve.add_argument("--config", type=Path, required=True, help="cluster JSON: nodes, teams")
-    serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8642)
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    serve.add_argument(
+        "--allow-remote",
+        action="store_true",
+        help="allow a --host other than loopback (the token still guards every change)",
+    )
+    serve.add_argument("--port", type=int, default=8642, help="TCP port (default 8642)")
     serve.add_argument("--tick", type=float, default=0.5, help="seconds between passes")
     serve.add_argument("--logs", type=Path, help="job logs (default: $SHIPYARD_HOME/jobs)")
-    serve.add_argument("--backend", choices=("local", "slurm"), default="local")
+    serve.add_argument(
+        "--backend", choices=("local", "slurm"), default="local", help="where jobs run"
+    )
     serve.add_argument("--slurm-conf", type=Path, help="slurm.conf for the Slurm tools")
     serve.add_argument("--partition", help="Slurm partition to submit to")
     serve.set_defaults(func=_serve)
     sim = commands.add_parser("simulate", help="replay a Philly-format trace through the policy")
-    sim.add_argument("--trace", type=Path, required=True)
+    sim.add_argument("--trace", type=Path, required=True, help="Philly-format trace CSV")
     sim.add_argument("--vcs", type=Path, help="VC node counts (default: philly_vc.csv beside it)")
     sim.add_argument("--policy", default="shipyard", help="fifo, sjf, slurm or shipyard")
-    sim.add_argument("--load-factor", type=float, default=1.0)
+    sim.add_argument(
+        "--load-factor", type=float, default=1.0, help="divide inter-arrival times by this"
+    )
     sim.add_argument("--json", action="store_true", help="print the whole report as JSON")
     sim.add_argument(
         "--fragmentation-csv",
@@ -49,25 +67,43 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     job = subparsers.add_parser("job", help="submit, cancel and inspect scheduler jobs")
     jobs = job.add_subparsers(dest="job_command", required=True, metavar="COMMAND")
-    submit = jobs.add_parser("submit", help="queue a gang: shipyard job submit ... -- CMD")
-    submit.add_argument("--team", required=True)
-    submit.add_argument("--gpus", type=int, required=True)
-    submit.add_argument("--gpus-per-node", type=int)
-    submit.add_argument("--gpu-type", default="gpu")
+    service = argparse.ArgumentParser(add_help=False)
+    service.add_argument(
+        "--url",
+        default=os.environ.get("SHIPYARD_SCHEDULER_URL", DEFAULT_URL),
+        help=f"the scheduler service (default $SHIPYARD_SCHEDULER_URL or {DEFAULT_URL})",
+    )
+    submit = jobs.add_parser(
+        "submit", parents=[service], help="queue a gang: shipyard job submit ... -- CMD"
+    )
+    submit.add_argument("--team", required=True, help="team whose quota the job uses")
+    submit.add_argument("--gpus", type=int, required=True, help="GPUs for the whole gang")
+    submit.add_argument("--gpus-per-node", type=int, help="GPUs on every node of the gang")
+    submit.add_argument("--gpu-type", default="gpu", help="GPU type (default gpu)")
     classes = ", ".join(PRIORITY_CLASSES)
     submit.add_argument("--priority", default="normal", help=f"class (default ones: {classes})")
-    submit.add_argument("--time-limit", type=duration, required=True)
-    submit.add_argument("--preemptible", action="store_true")
-    submit.add_argument("--grace", type=duration, default=30.0)
-    submit.add_argument("--checkpoint-interval", type=duration, default=0.0)
-    submit.add_argument("--topology", default="any", choices=TOPOLOGY_MODES)
-    submit.add_argument("command", nargs=argparse.REMAINDER)
+    submit.add_argument(
+        "--time-limit", type=duration, required=True, help="stopped after this (e.g. 2h)"
+    )
+    submit.add_argument("--preemptible", action="store_true", help="may be preempted")
+    submit.add_argument(
+        "--grace", type=duration, default=30.0, help="SIGTERM to SIGKILL (default 30s)"
+    )
+    submit.add_argument(
+        "--checkpoint-interval", type=duration, default=0.0, help="how often the job checkpoints"
+    )
+    submit.add_argument(
+        "--topology", default="any", choices=TOPOLOGY_MODES, help="where the gang may land"
+    )
+    submit.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     submit.set_defaults(func=_submit)
-    cancel = jobs.add_parser("cancel", help="cancel a queued or running job")
-    cancel.add_argument("id")
+    cancel = jobs.add_parser("cancel", parents=[service], help="cancel a queued or running job")
+    cancel.add_argument("id", help="job id")
     cancel.set_defaults(func=_cancel)
-    status = jobs.add_parser("status", help="one job as JSON, or a table of all jobs")
-    status.add_argument("id", nargs="?")
+    status = jobs.add_parser(
+        "status", parents=[service], help="one job as JSON, or a table of all jobs"
+    )
+    status.add_argument("id", nargs="?", help="job id (default: every job)")
     status.set_defaults(func=_status)
 
 
@@ -81,11 +117,21 @@ def _serve(args: argparse.Namespace) -> int:
     from shipyard.workspace import shipyard_home
 
     config = load_config(args.config)
-    logs = args.logs or shipyard_home() / "jobs"
+    home = shipyard_home()
+    logs = args.logs or home / "jobs"
     backend: Backend = LocalBackend(config.nodes, logs)
     if args.backend == "slurm":
         backend = SlurmBackend(config.nodes, logs, args.slurm_conf, args.partition)
-    serve(config, JobStore(), backend, args.host, args.port, args.tick)
+    serve(
+        config,
+        JobStore(),
+        backend,
+        home,
+        host=args.host,
+        port=args.port,
+        tick=args.tick,
+        allow_remote=args.allow_remote,
+    )
     return 0
 
 
@@ -119,44 +165,53 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from shipyard.scheduler.store import JobStore
-
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         raise InvalidInput("job submit: give the command after --")
-    job = Job(
-        id="",
-        team=args.team,
-        gpus=args.gpus,
-        time_limit=args.time_limit,
-        gpus_per_node=args.gpus_per_node,
-        gpu_type=args.gpu_type,
-        priority=args.priority,
-        preemptible=args.preemptible,
-        grace=args.grace,
-        checkpoint_interval=args.checkpoint_interval,
-        topology=args.topology,
-    )
-    print(JobStore().submit(job, command))
+    spec = {
+        "team": args.team,
+        "gpus": args.gpus,
+        "time_limit": args.time_limit,
+        "gpus_per_node": args.gpus_per_node,
+        "gpu_type": args.gpu_type,
+        "priority": args.priority,
+        "preemptible": args.preemptible,
+        "grace": args.grace,
+        "checkpoint_interval": args.checkpoint_interval,
+        "topology": args.topology,
+        "command": command,
+    }
+    print(_call(args.url, "/jobs", "POST", spec)["id"])
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    from shipyard.scheduler.store import JobStore
-
-    print(f"{args.id} {JobStore().cancel(args.id)}")
+    reply = _call(args.url, f"/jobs/{quote(args.id, safe='')}", "DELETE")
+    print(f"{reply['id']} {reply['state']}")
     return 0
 
 
 def _status(args: argparse.Namespace) -> int:
-    from shipyard.scheduler.store import JobStore
-
-    store = JobStore()
     if args.id:
-        print(json.dumps(store.get(args.id), indent=2))
+        print(json.dumps(_call(args.url, f"/jobs/{quote(args.id, safe='')}"), indent=2))
         return 0
-    for row in store.list():
+    for row in _call(args.url, "/jobs"):
         spec = row["spec"]
         what = f"{spec['team']:<10} {spec['gpus']:>4} GPUs"
         print(f"{row['id']}  {row['state']:<10} {what}  {row['message']}")
     return 0
+
+
+def _call(url: str, path: str, method: str = "GET", body: Any = None) -> Any:
+    """One request to the service; changes carry the token its first start wrote."""
+    from shipyard.errors import StorageError
+    from shipyard.httpguard import MUTATIONS, call, read_token
+    from shipyard.workspace import shipyard_home
+
+    token = None
+    if method in MUTATIONS:
+        try:
+            token = read_token("scheduler", shipyard_home())
+        except StorageError as exc:
+            raise StorageError(f"scheduler at {url}: {exc}") from None
+    return call(url.rstrip("/") + path, method, body, token)

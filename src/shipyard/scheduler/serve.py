@@ -5,7 +5,10 @@ import signal
 import sqlite3
 import sys
 import threading
+from pathlib import Path
 
+from shipyard.errors import InvalidInput, StorageError
+from shipyard.httpguard import Guard, is_loopback, token_path
 from shipyard.scheduler.api import make_server
 from shipyard.scheduler.backend import Backend
 from shipyard.scheduler.config import ClusterConfig
@@ -17,22 +20,44 @@ def serve(
     config: ClusterConfig,
     store: JobStore,
     backend: Backend,
+    home: Path,
     host: str = "127.0.0.1",
     port: int = 8642,
     tick: float = 0.5,
     stop: threading.Event | None = None,
+    allow_remote: bool = False,
 ) -> None:
-    """Serve until `stop` is set or SIGTERM/SIGINT arrives; running jobs are stopped on exit."""
+    """Serve until `stop` is set or SIGTERM/SIGINT arrives; running jobs are stopped on exit.
+
+    The token and audit log live under `home`; a host other than loopback needs `allow_remote`.
+    """
+    if not is_loopback(host):
+        if not allow_remote:
+            raise InvalidInput(
+                f"--host {host} is reachable from other machines; add --allow-remote to mean it"
+            )
+        print(
+            f"warning: serving on {host}, beyond this machine: anyone who can reach the port "
+            "can read the queue, and anyone with the token can run commands",
+            file=sys.stderr,
+            flush=True,
+        )
+    guard = Guard.start("scheduler", home, host)
     stop = stop or threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
     service = Service(config, store, backend)
     lock = threading.Lock()
-    server = make_server(service, lock, host, port)
+    try:
+        server = make_server(service, lock, guard, host, port)
+    except OSError as exc:
+        service.backend.shutdown()
+        raise StorageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    print(f"scheduler serving on http://{host}:{server.server_address[1]}", flush=True)
+    url = f"http://{f'[{host}]' if ':' in host else host}:{server.server_address[1]}"
+    print(f"scheduler serving on {url} (token in {token_path('scheduler', home)})", flush=True)
     try:
         while not stop.is_set():
             with lock:
@@ -43,4 +68,5 @@ def serve(
             stop.wait(tick)
     finally:
         server.shutdown()
+        server.server_close()
         service.backend.shutdown()

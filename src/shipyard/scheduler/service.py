@@ -10,9 +10,13 @@ import collections
 import json
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.scheduler.backend import Backend
@@ -38,19 +42,23 @@ class Service:
     state: ClusterState = field(init=False)
     policy: Policy = field(init=False)
     queue: JobQueue = field(init=False)
+    registry: CollectorRegistry = field(init=False)
     _queued: set[str] = field(default_factory=set)
     _pending: dict[str, _Pending] = field(default_factory=dict)
     _stopping: dict[str, str] = field(default_factory=dict)  # job id → state once it has exited
     _reports: dict[str, float] = field(default_factory=dict)  # last utilization report
     _warned: set[str] = field(default_factory=set)
-    charged: dict[str, float] = field(default_factory=dict)  # "team/tier" → GPU-seconds held
+    charged: dict[tuple[str, str], float] = field(default_factory=dict)  # GPU-seconds held
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
+    passes: int = 0  # policy passes run: a client can wait for the scheduler to have looked
     log: TextIO = sys.stderr  # one JSON object per decision (structured log)
 
     def __post_init__(self) -> None:
         self.state = ClusterState(self.config.nodes, self.config.teams)
         self.policy = Policy(self.config.policy)
         self.queue = JobQueue(self.config.policy)
+        self.registry = CollectorRegistry()
+        self.registry.register(_Exposition(self))
         for row in self.store.list("running", "cancelling"):
             # A restarted service cannot adopt processes it did not start: requeue them.
             self.store.update(row["id"], state="queued", message="requeued after restart")
@@ -72,6 +80,7 @@ class Service:
             if row["id"] not in self._queued and row["id"] not in self.state.running:
                 self._enqueue(row, now)
         decision = self.policy.schedule(self.state, self.queue, now)
+        self.passes += 1
         for victim, by in decision.preempted:
             self._charge(victim, now)
             victim.job.preemptions += 1
@@ -159,26 +168,13 @@ class Service:
         record = {"at": round(self.clock(), 3), "event": kind, "job": job_id, **fields}
         print(json.dumps(record), file=self.log, flush=True)
 
-    def metrics(self) -> str:
+    def metrics(self) -> bytes:
         """Prometheus text exposition of the service's gauges and counters."""
-        lines = [
-            f"shipyard_scheduler_free_gpus {sum(self.state.free)}",
-            f"shipyard_scheduler_queued_jobs {len(self.queue)}",
-            f"shipyard_scheduler_running_jobs {len(self.state.running)}",
-        ]
-        for kind, count in sorted(self.counts.items()):
-            lines.append(f'shipyard_scheduler_events_total{{event="{kind}"}} {count}')
-        for key, seconds in sorted(self.charged.items()):
-            team, tier = key.split("/")
-            lines.append(
-                f'shipyard_scheduler_allocated_gpu_seconds_total{{team="{team}",tier="{tier}"}}'
-                f" {seconds:.1f}"
-            )
-        return "\n".join(lines) + "\n"
+        return generate_latest(self.registry)
 
     def _charge(self, run: Running, now: float) -> None:
         # Chargeback: GPU-seconds held from launch to exit, per team and tier.
-        key = f"{run.job.team}/{run.tier.name.lower()}"
+        key = (run.job.team, run.tier.name.lower())
         held = run.job.gpus * max(0.0, now - run.start)
         self.charged[key] = self.charged.get(key, 0.0) + held
 
@@ -200,5 +196,40 @@ class Service:
             "running": sorted(self.state.running),
             "queued": len(self.queue),
             "usage": {f"{t}/{g}": u for (t, g), u in self.state.quota.usage.items()},
-            "allocated_gpu_hours": {k: v / 3600 for k, v in sorted(self.charged.items())},
+            "allocated_gpu_hours": {
+                f"{team}/{tier}": v / 3600 for (team, tier), v in sorted(self.charged.items())
+            },
         }
+
+
+class _Exposition(Collector):
+    """Reads the live service at scrape time, so no figure is kept twice."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        svc = self.service
+        for name, text, value in (
+            ("free_gpus", "GPUs free on every node", sum(svc.state.free)),
+            ("queued_jobs", "jobs waiting in the scheduler's queue", len(svc.queue)),
+            ("running_jobs", "jobs holding GPUs", len(svc.state.running)),
+        ):
+            yield GaugeMetricFamily(f"shipyard_scheduler_{name}", text, value=value)
+        yield CounterMetricFamily(
+            "shipyard_scheduler_passes", "policy passes run", value=svc.passes
+        )
+        events = CounterMetricFamily(
+            "shipyard_scheduler_events", "scheduling decisions by kind", labels=["event"]
+        )
+        for kind, count in sorted(svc.counts.items()):
+            events.add_metric([kind], count)
+        yield events
+        charged = CounterMetricFamily(
+            "shipyard_scheduler_allocated_gpu_seconds",
+            "GPU-seconds held from launch to exit, by team and tier",
+            labels=["team", "tier"],
+        )
+        for (team, tier), seconds in sorted(svc.charged.items()):
+            charged.add_metric([team, tier], seconds)
+        yield charged

@@ -1,0 +1,423 @@
+"""The guard in front of every Shipyard HTTP service: who may change state, and from where.
+
+Rules (docs/scheduler.md, "Security"):
+
+- Every request's `Host` must name this server: a loopback name, the bound host, or (on a
+  non-loopback bind) this machine's name or an IP literal. Anything else (`Host: evil.example`,
+  a DNS-rebinding page) gets 421, GETs included.
+- A mutation (POST, PUT, PATCH, DELETE) needs an `Origin`, if sent, equal to `http://<Host>`
+  (403), `Authorization: Bearer <token>` (401) and `Content-Type: application/json` (415). So a
+  web page cannot start anything: it cannot read the token, and a cross-origin `text/plain`
+  POST is refused before its body is read.
+- A body is at most `max_body` bytes (413), declared by `Content-Length` (411 without it), and
+  must be one JSON object (400 for anything else, `NaN`, or nesting too deep to parse).
+- Each mutation and each refusal appends one JSON line (time, service, method, path, client,
+  status) to `<home>/audit/<service>.log` and to the `shipyard.audit` logger.
+
+The token is made on first start into `<home>/tokens/<service>.token` (mode 0600) and reused
+after; a token file that others may read or write, or that another user owns, is refused.
+
+Use: `Guard.start(service, home, bound_host)` once, then either subclass `GuardedHandler` (for
+`http.server`: set `guard`, implement `route`) or, in another framework, call `check`,
+`read_json` and `audit` per request. Clients send `read_token(service, home)` and get replies
+through `call(url, method, body, token)`, which maps refusals to Shipyard's errors.
+"""
+
+import contextlib
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import re
+import secrets
+import socket
+import stat
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs, urlparse
+
+from shipyard.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    ShipyardError,
+    StorageError,
+)
+
+MAX_BODY = 1 << 20
+MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.", "127.0.0.1", "::1"})
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+_SINGLE = ("host", "origin", "authorization", "content-type", "content-length")
+_MIN_TOKEN, _MAX_TOKEN = 32, 512
+# A host name or an IPv4 literal, or a bracketed IPv6 literal, then an optional port.
+_HOST = re.compile(r"(?P<name>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+audit_log = logging.getLogger("shipyard.audit")
+
+
+class Refused(Exception):
+    """A request the guard turns away: `status` is the HTTP code, `reason` says why."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class Headers(Protocol):
+    def items(self) -> Iterable[tuple[str, Any]]: ...
+
+
+def is_loopback(host: str) -> bool:
+    """Whether binding `host` keeps a service on this machine."""
+    name = host.strip("[]").lower()
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+# Tokens
+
+
+def token_path(service: str, home: Path) -> Path:
+    return home / "tokens" / f"{service}.token"
+
+
+def read_token(service: str, home: Path) -> str:
+    """The service's token; refuses a missing, unsafe or malformed token file by name."""
+    path = token_path(service, home)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise StorageError(
+            f"token file {path} does not exist: has the {service} been started with this "
+            "SHIPYARD_HOME?"
+        ) from None
+    except OSError as exc:  # ELOOP: a symlink, which another user could point anywhere
+        raise StorageError(f"token file {path}: cannot open safely ({exc.strerror})") from None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise StorageError(f"token file {path} is not a regular file")
+        if info.st_uid != os.geteuid():
+            raise StorageError(
+                f"token file {path} is owned by uid {info.st_uid}, not by you "
+                f"(uid {os.geteuid()}): remove it and restart the {service}"
+            )
+        if info.st_mode & 0o077:
+            raise StorageError(
+                f"token file {path} has mode {stat.S_IMODE(info.st_mode):04o}: others may read "
+                f"it; run `chmod 600 {path}` (or remove it for a new token)"
+            )
+        raw = file.read(_MAX_TOKEN + 2)
+    token = raw.decode("ascii", "replace").strip()
+    if not _MIN_TOKEN <= len(token) <= _MAX_TOKEN or not re.fullmatch(r"[A-Za-z0-9_-]+", token):
+        raise StorageError(
+            f"token file {path}: expected {_MIN_TOKEN} to {_MAX_TOKEN} URL-safe characters; "
+            "remove it for a new token"
+        )
+    return token
+
+
+def load_or_create_token(service: str, home: Path) -> str:
+    """The service's token, made on first start (written whole, then linked into place)."""
+    path = token_path(service, home)
+    if not path.exists() and not path.is_symlink():
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            with os.fdopen(fd, "w") as file:
+                file.write(secrets.token_urlsafe(32) + "\n")
+                file.flush()
+                os.fsync(file.fileno())
+            with contextlib.suppress(FileExistsError):  # another process made one meanwhile
+                os.link(temp, path)  # a link never replaces it
+        finally:
+            temp.unlink()
+    return read_token(service, home)
+
+
+# The guard
+
+
+@dataclass
+class Guard:
+    service: str
+    token: str
+    bound_host: str
+    audit_path: Path | None = None
+    max_body: int = MAX_BODY
+    extra_hosts: frozenset[str] = frozenset()
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @classmethod
+    def start(cls, service: str, home: Path, bound_host: str, **options: Any) -> "Guard":
+        """The guard for `service` bound to `bound_host`, with its token and audit log."""
+        token = load_or_create_token(service, home)
+        return cls(service, token, bound_host, home / "audit" / f"{service}.log", **options)
+
+    def allows_host(self, header: str) -> bool:
+        """Whether a `Host` header names this server (no port check: tunnels change ports)."""
+        match = _HOST.fullmatch(header)
+        if not match:
+            return False
+        name = match["name"].strip("[]").lower()
+        if is_loopback(name) or name in self.extra_hosts:
+            return True
+        if is_loopback(self.bound_host):
+            return False
+        if name == self.bound_host.lower():
+            return True
+        if self.bound_host in _WILDCARDS:
+            # An IP literal cannot be rebound to another address, unlike a name a page controls.
+            try:
+                ipaddress.ip_address(name)
+                return True
+            except ValueError:
+                pass
+            return name in {socket.gethostname().lower(), socket.getfqdn().lower()}
+        return False
+
+    def check(self, method: str, headers: Headers) -> None:
+        """Refuse a request whose headers break a rule; the body is not read yet."""
+        seen = _header_map(headers)
+        host = seen.get("host", "")
+        if not self.allows_host(host):
+            raise Refused(421, f"Host {host[:100]!r} is not this server")
+        if method not in MUTATIONS:
+            return
+        origin = seen.get("origin")
+        if origin is not None and origin != f"http://{host}":
+            raise Refused(403, f"cross-origin request from {origin[:100]!r} refused")
+        scheme, _, presented = seen.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(
+            presented.strip().encode("utf-8", "replace"), self.token.encode()
+        ):
+            raise Refused(401, f"a bearer token is required (see {self.service}.token)")
+        media = seen.get("content-type", "").partition(";")[0].strip().lower()
+        if media != "application/json":
+            raise Refused(415, f"Content-Type must be application/json, not {media[:60]!r}")
+
+    def read_json(self, headers: Headers, read: Callable[[int], bytes]) -> dict[str, Any]:
+        """The request body as one JSON object (`{}` when empty), read with `read(n)`."""
+        seen = _header_map(headers)
+        if "transfer-encoding" in seen:
+            raise Refused(411, "send the body with a Content-Length, not chunked")
+        declared = seen.get("content-length", "0").strip()
+        if not declared.isdigit() or len(declared) > 18:
+            raise Refused(400, f"Content-Length {declared[:30]!r} is not a byte count")
+        length = int(declared)
+        if length > self.max_body:
+            raise Refused(413, f"body of {length} bytes is over the {self.max_body}-byte limit")
+        try:
+            raw = read(length) if length else b""
+        except OSError as exc:  # the client went away or stalled past the timeout
+            raise Refused(400, f"body: read failed ({exc})") from None
+        if len(raw) != length:
+            raise Refused(400, f"body ended after {len(raw)} of {length} bytes")
+        if not raw:
+            return {}
+        try:
+            body = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+        except RecursionError:
+            raise Refused(400, "body: JSON nested too deep") from None
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise Refused(400, f"body: not JSON ({str(exc)[:100]})") from None
+        if not isinstance(body, dict):
+            raise Refused(400, f"body: expected a JSON object, not {type(body).__name__}")
+        return body
+
+    def audit(self, method: str, path: str, client: str, status: int, reason: str = "") -> None:
+        """Append one JSON line for a mutation or a refusal."""
+        record = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "service": self.service,
+            "method": method,
+            "path": path[:1000],
+            "client": client,
+            "status": status,
+        }
+        if reason:
+            record["reason"] = reason
+        line = json.dumps(record)
+        audit_log.info(line)
+        if self.audit_path is None:
+            return
+        try:
+            with self._lock:
+                self.audit_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                fd = os.open(self.audit_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                with os.fdopen(fd, "a") as file:
+                    file.write(line + "\n")
+        except OSError as exc:  # a full disk must not take the service down; say it loudly
+            audit_log.error("audit log %s not written (%s): %s", self.audit_path, exc, line)
+
+
+def _header_map(headers: Headers) -> dict[str, str]:
+    """Lower-cased header names; a repeated security header is ambiguous, so refused."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        key = name.lower()
+        if key in out and key in _SINGLE:
+            raise Refused(400, f"header {name} sent twice")
+        out[key] = str(value)
+    return out
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+# http.server services
+
+
+_STATUS = {InvalidInput: 400, NotFound: 404, Conflict: 409}
+
+
+@dataclass(frozen=True)
+class Raw:
+    """A non-JSON reply from `GuardedHandler.route` (e.g. Prometheus text)."""
+
+    data: bytes
+    content_type: str
+
+
+class GuardedHandler(BaseHTTPRequestHandler):
+    """Every method goes through the guard, then `route`; errors become JSON replies.
+
+    `route` returns a JSON-able value (200) or `Raw`; a `ShipyardError` it raises becomes
+    400/404/409 with `{"error": message}`, anything else 500 (logged, never sent).
+    """
+
+    guard: Guard
+    timeout = 30  # seconds a client may stall; a slow sender cannot hold a thread for ever
+
+    def route(
+        self, method: str, parts: list[str], query: dict[str, list[str]], body: dict[str, Any]
+    ) -> Any:
+        raise NotImplementedError
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return  # quiet: mutations and refusals go to the audit log
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    def _dispatch(self, method: str) -> None:
+        url = urlparse(self.path)
+        status, reason = 500, ""
+        try:
+            self.guard.check(method, self.headers)
+            body: dict[str, Any] = {}
+            if method in MUTATIONS:
+                body = self.guard.read_json(self.headers, self.rfile.read)
+            parts = [p for p in url.path.split("/") if p]
+            result = self.route(method, parts, parse_qs(url.query), body)
+            status = 200
+        except Refused as exc:
+            status, reason, result = exc.status, exc.reason, {"error": exc.reason}
+        except ShipyardError as exc:
+            status = _STATUS.get(type(exc), 500)
+            result = {"error": str(exc)}
+        except Exception:  # a bug: say so without sending internals to the client
+            logging.getLogger(f"shipyard.{self.guard.service}").error(traceback.format_exc())
+            result = {"error": "internal error (see the service's log)"}
+        if method in MUTATIONS or reason:
+            self.guard.audit(method, self.path, self.client_address[0], status, reason)
+        self._send(status, result)
+
+    def _send(self, status: int, result: Any) -> None:
+        reply = result if isinstance(result, Raw) else Raw(_json(result), "application/json")
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", reply.content_type)
+            self.send_header("Content-Length", str(len(reply.data)))
+            self.send_header("X-Content-Type-Options", "nosniff")
+            if status == 401:
+                self.send_header("WWW-Authenticate", "Bearer")
+            self.end_headers()
+            self.wfile.write(reply.data)
+        except OSError:  # the client hung up: nobody is left to tell
+            self.close_connection = True
+
+
+def _json(payload: Any) -> bytes:
+    return json.dumps(payload).encode()
+
+
+# Clients
+
+_BY_STATUS: dict[int, type[ShipyardError]] = {
+    400: InvalidInput,
+    404: NotFound,
+    409: Conflict,
+    413: InvalidInput,
+    415: InvalidInput,
+}
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any) -> None:
+        return None  # a redirect would carry the token to another address
+
+
+# Never through a proxy (the token stays on this machine's loopback), never redirected.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
+
+
+def call(url: str, method: str = "GET", body: Any = None, token: str | None = None) -> Any:
+    """One JSON request to a guarded service; its refusals come back as Shipyard's errors.
+
+    400/413/415 → InvalidInput, 404 → NotFound, 409 → Conflict; no answer, a refused token or
+    Host, or a server error → StorageError. Each message names the URL.
+    """
+    if urlparse(url).scheme not in ("http", "https"):
+        raise InvalidInput(f"service URL {url!r}: expected http://HOST:PORT/...")
+    headers = {"Accept": "application/json"}
+    data = None
+    if method in MUTATIONS:
+        headers["Content-Type"] = "application/json"
+        data = _json({} if body is None else body)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with _OPENER.open(request, timeout=30) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        try:
+            message = json.loads(exc.read()).get("error", exc.reason)
+        except (ValueError, AttributeError, OSError):
+            message = exc.reason
+        kind = _BY_STATUS.get(exc.code, StorageError)
+        raise kind(f"{method} {url}: {exc.code} {message}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        why = getattr(exc, "reason", exc)
+        raise StorageError(f"no answer from {url} ({why}): is the service running?") from None
+    except ValueError as exc:
+        raise StorageError(f"{method} {url}: reply is not JSON ({exc})") from None
