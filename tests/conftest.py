@@ -11,8 +11,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from shipyard.workspace import Workspace
+
+# Property-based tests: a bounded number of examples in the suite; `benchmarks/fuzz.py` runs the
+# `fuzz`-marked ones long under the `fuzz` profile (`--hypothesis-profile=fuzz`), with fresh seeds.
+settings.register_profile("suite", max_examples=100, deadline=None)
+settings.register_profile("fuzz", max_examples=10_000, deadline=None)
+settings.load_profile("suite")  # `--hypothesis-profile` chooses another, after this file loads
 
 
 @pytest.fixture
