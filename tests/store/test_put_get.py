@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from shipyard.errors import IntegrityError, InvalidInput
+from shipyard.errors import IntegrityError, InvalidInput, StorageError
 from shipyard.hashing import sha256_hex
 from shipyard.store import PieceStore, materialize, put_tree, verify
 from shipyard.store.pieces import manifest_key, piece_key
+from shipyard.store.put import scan_source
 
 PIECE = 64 << 10
 
@@ -174,3 +175,65 @@ def test_unreadable_source_file_is_refused_before_anything_is_stored(
 def test_piece_size_out_of_range_is_refused(pieces: PieceStore, model_dir: Path) -> None:
     with pytest.raises(InvalidInput, match="piece_size"):
         put_tree(pieces, model_dir, "model", piece_size=1000)
+
+
+def test_put_refuses_a_symlink_loop_by_name(pieces: PieceStore, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"a")
+    (src / "loop-1").symlink_to("loop-2")
+    (src / "loop-2").symlink_to("loop-1")
+    with pytest.raises(InvalidInput, match=r"loop-1: symlink loop"):
+        put_tree(pieces, src, "model", piece_size=PIECE)
+    assert list(pieces.manifest_ids()) == []
+
+
+def test_empty_directories_are_reported_and_not_stored(pieces: PieceStore, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "logs").mkdir(parents=True)
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "kept").mkdir()
+    (src / "kept" / "f").write_bytes(b"f")
+    assert scan_source(src).empty_dirs == ["a/b", "logs"]
+    manifest = put_tree(pieces, src, "model", piece_size=PIECE)
+    assert [f.path for f in manifest.files] == ["kept/f"]
+    materialize(pieces, manifest, tmp_path / "out")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["kept"]
+
+
+def test_setuid_and_sticky_bits_are_neither_stored_nor_applied(
+    pieces: PieceStore, tmp_path: Path
+) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "tool").write_bytes(b"#!/bin/sh\n")
+    os.chmod(src / "tool", 0o7755)
+    manifest = put_tree(pieces, src, "model", piece_size=PIECE)
+    assert manifest.files[0].mode == 0o755
+    materialize(pieces, manifest, tmp_path / "out")
+    assert stat.S_IMODE((tmp_path / "out" / "tool").stat().st_mode) == 0o755
+
+
+def test_stored_manifest_with_a_setuid_mode_is_refused_and_writes_nothing(
+    pieces: PieceStore, tmp_path: Path
+) -> None:
+    piece_hash = sha256_hex(b"tool")
+    pieces.backend.put(piece_key(piece_hash), b"tool")
+    entry = {"mode": 0o4755, "path": "tool", "pieces": [[piece_hash, 0, 4]], "size": 4}
+    raw = {"files": [entry], "format": 1, "kind": "model", "metadata": {}, "piece_size": PIECE}
+    data = json.dumps(dict(raw, run=None), sort_keys=True, separators=(",", ":")).encode()
+    artifact_id = sha256_hex(data)
+    pieces.backend.put(manifest_key(artifact_id), data)
+    with pytest.raises(InvalidInput, match=r"'tool': mode 0o4755 is outside 0\.\.0o777"):
+        pieces.get_manifest(artifact_id)
+
+
+def test_get_into_a_destination_that_cannot_be_made_is_a_storage_error(
+    pieces: PieceStore, model_dir: Path, tmp_path: Path
+) -> None:
+    manifest = put_tree(pieces, model_dir, "model", piece_size=PIECE)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("in the way")
+    with pytest.raises(StorageError, match=f"cannot write destination {blocker}/out"):
+        materialize(pieces, manifest, blocker / "out")
+    assert blocker.read_text() == "in the way"

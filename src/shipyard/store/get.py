@@ -12,9 +12,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from shipyard.errors import IntegrityError, InvalidInput, NotFound
+from shipyard.errors import IntegrityError, InvalidInput, NotFound, StorageError
 from shipyard.hashing import sha256_hex
-from shipyard.store.manifest import FileEntry, Manifest, PieceRef
+from shipyard.store.local import why
+from shipyard.store.manifest import MAX_MODE, FileEntry, Manifest, PieceRef
 from shipyard.store.pieces import PieceStore, piece_key
 from shipyard.store.pipeline import fetch_in_order
 
@@ -47,18 +48,24 @@ def materialize(
 def staged(dest: Path) -> Iterator[Path]:
     """A fresh hidden directory beside `dest` to build files in. When the block succeeds it
     replaces `dest` (which must be absent or an empty directory); when it fails it is removed and
-    `dest` is left as it was."""
+    `dest` is left as it was. A destination that cannot be written raises `StorageError`."""
     dest = Path(dest)
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise InvalidInput(f"destination {dest} exists and is not an empty directory")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    staging = dest.parent / f".{dest.name}.partial-{uuid.uuid4().hex[:12]}"
-    staging.mkdir()
+    try:
+        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+            raise InvalidInput(f"destination {dest} exists and is not an empty directory")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        staging = dest.parent / f".{dest.name}.partial-{uuid.uuid4().hex[:12]}"
+        staging.mkdir()
+    except OSError as exc:
+        raise StorageError(f"cannot write destination {dest}: {why(exc)}") from None
     try:
         yield staging
         if dest.exists():
             dest.rmdir()
         os.replace(staging, dest)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise StorageError(f"cannot write destination {dest}: {why(exc)}") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -88,7 +95,8 @@ def _write_file(
                 progress(ref.size)
     finally:
         os.close(fd)
-    os.chmod(target, entry.mode)
+    # Parsing refuses modes beyond 0o777 already; masking again keeps setuid bits out for good.
+    os.chmod(target, entry.mode & MAX_MODE)
 
 
 def verify(

@@ -1,11 +1,14 @@
 """Manifests: the canonical JSON description of an artifact, and its content address.
 
 The artifact id is the SHA-256 of the canonical bytes (sorted keys, no whitespace, UTF-8), so the
-same files, kind, metadata and run always give the same id. Paths are relative POSIX paths checked
-here, once, for every manifest that is built or parsed: none may escape the destination.
+same files, kind, metadata and run always give the same id. Manifests arrive from other teams,
+peers and shared buckets, so parsing trusts nothing: every field is type- and range-checked, and
+the bytes must be exactly the canonical encoding of what they parse to, so one artifact has one id.
+Paths are relative POSIX paths checked here, once, for every manifest that is built or parsed.
 """
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
@@ -15,6 +18,17 @@ from shipyard.hashing import canonical_json, sha256_hex
 
 FORMAT_VERSION = 1
 HASH_HEX_LEN = 64
+MAX_MODE = 0o777  # permission bits only: no setuid, setgid or sticky bit
+MAX_PIECE_SIZE = 1 << 30  # far above what put writes (64 MiB), far below what breaks a reader
+MAX_FILE_SIZE = 1 << 50  # 1 PiB
+MAX_NAME_BYTES = 255  # one path component, as Linux filesystems allow
+MAX_PATH_BYTES = 4096
+MAX_TEXT = 200  # kind and run
+MAX_METADATA_DEPTH = 32
+
+_HEX = frozenset("0123456789abcdef")
+_TOP_KEYS = frozenset({"files", "format", "kind", "metadata", "piece_size", "run"})
+_FILE_KEYS = frozenset({"mode", "path", "pieces", "size"})
 
 
 @dataclass(frozen=True)
@@ -81,68 +95,203 @@ class Manifest:
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "manifest") -> "Manifest":
+        """Parse manifest bytes; `InvalidInput` naming `where` and the field for anything else."""
         try:
             raw = json.loads(data)
-            if raw.get("format") != FORMAT_VERSION:
-                raise InvalidInput(f"{where}: unsupported format {raw.get('format')!r}")
-            files = tuple(
-                FileEntry(
-                    path=f["path"],
-                    size=int(f["size"]),
-                    mode=int(f["mode"]),
-                    pieces=tuple(PieceRef(h, int(o), int(s)) for h, o, s in f["pieces"]),
-                )
-                for f in raw["files"]
-            )
-            return cls(
-                kind=raw["kind"],
-                piece_size=int(raw["piece_size"]),
-                files=files,
-                metadata=raw.get("metadata") or {},
-                run=raw.get("run"),
-            )
+        except RecursionError:
+            raise InvalidInput(f"{where}: malformed JSON (nested too deeply)") from None
+        except (ValueError, TypeError) as exc:  # bad JSON, bad UTF-8, an int of 4300+ digits
+            raise InvalidInput(f"{where}: malformed JSON ({exc})") from None
+        try:
+            manifest = _from_json(raw)
         except InvalidInput as exc:
             raise InvalidInput(f"{where}: {exc}") from None
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise InvalidInput(f"{where}: malformed manifest ({exc!r})") from None
+        if manifest.canonical_bytes() != data:
+            raise InvalidInput(
+                f"{where}: bytes are not the canonical encoding (sorted keys, no whitespace, "
+                f"UTF-8, no escapes it does not need); re-encoded, its id would be {manifest.id}"
+            )
+        return manifest
+
+
+def _from_json(raw: Any) -> Manifest:
+    """Build a manifest from parsed JSON, checking each field's JSON type on the way."""
+    if not isinstance(raw, dict):
+        raise InvalidInput(f"top level is {_json_type(raw)}, not an object")
+    fmt = raw.get("format")
+    if type(fmt) is not int or fmt != FORMAT_VERSION:
+        raise InvalidInput(
+            f"unsupported format {_show(fmt)} (this Shipyard reads {FORMAT_VERSION})"
+        )
+    _check_keys(raw, _TOP_KEYS, "manifest")
+    files = _typed(raw["files"], list, "files")
+    return Manifest(
+        kind=_typed(raw["kind"], str, "kind"),
+        piece_size=_integer(raw["piece_size"], "piece_size"),
+        files=tuple(_file_from_json(f, f"files[{i}]") for i, f in enumerate(files)),
+        metadata=_typed(raw["metadata"], dict, "metadata"),
+        run=None if raw["run"] is None else _typed(raw["run"], str, "run"),
+    )
+
+
+def _file_from_json(raw: Any, where: str) -> FileEntry:
+    _check_keys(_typed(raw, dict, where), _FILE_KEYS, where)
+    pieces = []
+    for i, piece in enumerate(_typed(raw["pieces"], list, f"{where}.pieces")):
+        at = f"{where}.pieces[{i}]"
+        if not isinstance(piece, list) or len(piece) != 3:
+            raise InvalidInput(f"{at}: must be [sha256, offset, size]")
+        digest, offset, size = piece
+        pieces.append(PieceRef(_typed(digest, str, at), _integer(offset, at), _integer(size, at)))
+    return FileEntry(
+        path=_typed(raw["path"], str, f"{where}.path"),
+        size=_integer(raw["size"], f"{where}.size"),
+        mode=_integer(raw["mode"], f"{where}.mode"),
+        pieces=tuple(pieces),
+    )
+
+
+def _check_keys(raw: dict[str, Any], expected: frozenset[str], where: str) -> None:
+    if unknown := sorted(set(raw) - expected):
+        raise InvalidInput(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}")
+    if missing := sorted(expected - set(raw)):
+        raise InvalidInput(f"{where}: missing key(s) {', '.join(map(repr, missing))}")
+
+
+def _typed(value: Any, kind: type, where: str) -> Any:
+    if not isinstance(value, kind):
+        raise InvalidInput(
+            f"{where}: {_show(value)} is {_json_type(value)}, not {_json_name(kind)}"
+        )
+    return value
+
+
+def _integer(value: Any, where: str) -> int:
+    # bool is an int to Python but not to JSON; floats (1.0, Infinity) are refused too.
+    if type(value) is not int:
+        raise InvalidInput(f"{where}: {_show(value)} is {_json_type(value)}, not an integer")
+    return value
+
+
+def _json_name(kind: type) -> str:
+    return {str: "a string", int: "an integer", list: "an array", dict: "an object"}[kind]
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, float):
+        return "a number with a fraction or exponent"
+    return _json_name(type(value)) if type(value) in (str, int, list, dict) else "unknown"
+
+
+def _show(value: Any) -> str:
+    """A value for a message, cut short: a hostile manifest may hold a megabyte in one field."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def validate_relative_path(path: str) -> None:
-    """Refuse a path that could land outside the destination directory."""
+    """Refuse a path that could land outside the destination directory or cannot be created."""
     if not path or "\\" in path or "\x00" in path:
-        raise InvalidInput(f"path {path!r} is empty or contains a backslash or NUL")
-    pure = PurePosixPath(path)
-    if pure.is_absolute():
-        raise InvalidInput(f"path {path!r} is absolute")
-    if any(part in ("..", ".", "") for part in path.split("/")):
-        raise InvalidInput(f"path {path!r} has an empty, '.' or '..' component")
+        raise InvalidInput(f"path {_show(path)} is empty or contains a backslash or NUL")
+    try:
+        encoded = path.encode()
+    except UnicodeEncodeError:
+        raise InvalidInput(f"path {_show(path)} is not valid UTF-8") from None
+    if PurePosixPath(path).is_absolute():
+        raise InvalidInput(f"path {_show(path)} is absolute")
+    components = encoded.split(b"/")
+    if any(part in (b"..", b".", b"") for part in components):
+        raise InvalidInput(f"path {_show(path)} has an empty, '.' or '..' component")
+    if len(encoded) > MAX_PATH_BYTES or max(map(len, components)) > MAX_NAME_BYTES:
+        raise InvalidInput(
+            f"path {_show(path)} is too long: at most {MAX_NAME_BYTES} bytes per component "
+            f"and {MAX_PATH_BYTES} in all"
+        )
 
 
 def validate(manifest: Manifest) -> None:
-    """Check paths, piece layout and hashes; raise `InvalidInput` naming the offending file."""
-    if not manifest.kind or not manifest.kind.replace("-", "").replace("_", "").isalnum():
-        raise InvalidInput(f"kind {manifest.kind!r} must be letters, digits, '-' or '_'")
-    if manifest.piece_size <= 0:
-        raise InvalidInput(f"piece_size {manifest.piece_size} must be positive")
-    seen: set[str] = set()
+    """Check every field's range, paths, piece layout and hashes; raise `InvalidInput` naming
+    the field (and the file, for a file's fields)."""
+    kind = manifest.kind
+    if not 0 < len(kind) <= MAX_TEXT or not kind.replace("-", "").replace("_", "").isalnum():
+        raise InvalidInput(f"kind {_show(kind)} must be 1-{MAX_TEXT} letters, digits, '-' or '_'")
+    if not kind.isascii():
+        raise InvalidInput(f"kind {_show(kind)} must be ASCII")
+    _check_range("piece_size", manifest.piece_size, 1, MAX_PIECE_SIZE)
+    if manifest.run is not None and not (0 < len(manifest.run) <= MAX_TEXT and _utf8(manifest.run)):
+        raise InvalidInput(f"run {_show(manifest.run)} must be 1-{MAX_TEXT} characters of UTF-8")
+    _check_metadata(manifest.metadata, "metadata", 0)
+    previous = None
     for entry in manifest.files:
         validate_relative_path(entry.path)
-        if entry.path in seen:
-            raise InvalidInput(f"path {entry.path!r} appears twice")
-        seen.add(entry.path)
-        offset = 0
-        for piece in entry.pieces:
-            if len(piece.hash) != HASH_HEX_LEN or not all(
-                c in "0123456789abcdef" for c in piece.hash
-            ):
-                raise InvalidInput(f"{entry.path}: piece hash {piece.hash!r} is not SHA-256 hex")
-            if piece.offset != offset or piece.size <= 0:
-                raise InvalidInput(f"{entry.path}: pieces are not contiguous at offset {offset}")
-            offset += piece.size
-        if offset != entry.size:
-            raise InvalidInput(f"{entry.path}: pieces cover {offset} bytes, file has {entry.size}")
+        if previous is not None and entry.path <= previous:
+            raise InvalidInput(
+                f"files: {entry.path!r} follows {previous!r}; paths must be sorted and unique"
+            )
+        previous = entry.path
+        _validate_file(entry, manifest.piece_size)
     # A file may not also be a directory of another file ("a" and "a/b").
-    for path in seen:
+    paths = {entry.path for entry in manifest.files}
+    for path in paths:
         for parent in PurePosixPath(path).parents:
-            if str(parent) in seen:
+            if str(parent) in paths:
                 raise InvalidInput(f"path {path!r} lies under file {str(parent)!r}")
+
+
+def _validate_file(entry: FileEntry, piece_size: int) -> None:
+    where = f"file {entry.path!r}"
+    _check_range(f"{where}: mode", entry.mode, 0, MAX_MODE, octal=True)
+    _check_range(f"{where}: size", entry.size, 0, MAX_FILE_SIZE)
+    offset = 0
+    for index, piece in enumerate(entry.pieces):
+        at = f"{where}: piece {index}"
+        if len(piece.hash) != HASH_HEX_LEN or not set(piece.hash) <= _HEX:
+            raise InvalidInput(f"{at}: hash {_show(piece.hash)} is not lowercase SHA-256 hex")
+        _check_range(f"{at}: size", piece.size, 1, piece_size)
+        if piece.offset != offset:
+            raise InvalidInput(
+                f"{at}: offset {_show(piece.offset)} is not {offset}; pieces must be contiguous"
+            )
+        offset += piece.size
+    if offset != entry.size:
+        raise InvalidInput(f"{where}: pieces cover {offset} bytes, file has {entry.size}")
+
+
+def _check_range(what: str, value: int, low: int, high: int, octal: bool = False) -> None:
+    if not low <= value <= high:
+        shown, bounds = (
+            (oct(value), f"{low}..{oct(high)}") if octal else (_show(value), f"{low}..{high}")
+        )
+        raise InvalidInput(f"{what} {shown} is outside {bounds}")
+
+
+def _check_metadata(value: Any, where: str, depth: int) -> None:
+    """Metadata is free JSON, but finite, UTF-8 and at most `MAX_METADATA_DEPTH` levels deep."""
+    if depth > MAX_METADATA_DEPTH:
+        raise InvalidInput(f"{where}: nested deeper than {MAX_METADATA_DEPTH} levels")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str) or not _utf8(key):
+                raise InvalidInput(f"{where}: key {_show(key)} is not a UTF-8 string")
+            _check_metadata(item, f"{where}.{key}", depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_metadata(item, f"{where}[{index}]", depth + 1)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"{where}: {value} is not a finite number")
+    elif isinstance(value, str) and not _utf8(value):
+        raise InvalidInput(f"{where}: {_show(value)} is not valid UTF-8")
+    elif value is not None and not isinstance(value, int | float | str):
+        raise InvalidInput(f"{where}: {type(value).__name__} is not a JSON value")
+
+
+def _utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

@@ -15,7 +15,13 @@ from typing import Any
 
 from shipyard.errors import InvalidInput, StorageError
 from shipyard.store.leases import put_lease
-from shipyard.store.manifest import FileEntry, Manifest, PieceRef, validate_relative_path
+from shipyard.store.manifest import (
+    MAX_MODE,
+    FileEntry,
+    Manifest,
+    PieceRef,
+    validate_relative_path,
+)
 from shipyard.store.pieces import PieceStore
 from shipyard.store.pipeline import PieceWriter
 
@@ -34,27 +40,55 @@ class SourceFile:
     mode: int
 
 
-def scan_source(root: Path) -> list[SourceFile]:
-    """The regular files under `root` in sorted order; refuses what cannot be stored faithfully."""
+@dataclass(frozen=True)
+class Source:
+    """What a put stores: the regular files under a root in sorted order, and the empty
+    directories it leaves out (an artifact holds files; a directory exists only as a file's
+    parent)."""
+
+    files: list[SourceFile]
+    empty_dirs: list[str]
+
+    @property
+    def size(self) -> int:
+        return sum(f.size for f in self.files)
+
+
+def scan_source(root: Path) -> Source:
+    """The files under `root`; refuses what cannot be stored faithfully, naming it: an unreadable
+    directory or file, a symlink loop or one leading out of `root`, a fifo or device."""
     root = root.resolve() if root.exists() else root
     if not root.exists():
         raise InvalidInput(f"source {root} does not exist")
     if root.is_file():
-        return [_source_file(root, root.name, root)]
-    files = []
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        return Source([_source_file(root, root.name, root)], [])
+    files, empty_dirs = [], []
+    for dirpath, dirnames, filenames in os.walk(root, onerror=_refuse, followlinks=False):
         dirnames.sort()
-        for name in sorted(filenames) + [d for d in dirnames if Path(dirpath, d).is_symlink()]:
+        links = [d for d in dirnames if Path(dirpath, d).is_symlink()]
+        for name in sorted(filenames) + links:
             full = Path(dirpath, name)
-            rel = full.relative_to(root).as_posix()
-            files.append(_source_file(full, rel, root))
-    return sorted(files, key=lambda f: f.relpath)
+            files.append(_source_file(full, full.relative_to(root).as_posix(), root))
+        if not dirnames and not filenames and dirpath != str(root):
+            empty_dirs.append(Path(dirpath).relative_to(root).as_posix())
+    return Source(sorted(files, key=lambda f: f.relpath), empty_dirs)
+
+
+def _refuse(exc: OSError) -> None:
+    # os.walk skips a directory it cannot list unless told otherwise: a put would then commit an
+    # artifact that silently lacks that directory's files.
+    raise InvalidInput(f"cannot read source directory {exc.filename}: {exc.strerror}")
 
 
 def _source_file(full: Path, rel: str, root: Path) -> SourceFile:
     validate_relative_path(rel)
     if full.is_symlink():
-        target = full.resolve()
+        try:
+            target = full.resolve(strict=True)
+        except RuntimeError:  # Python < 3.13 reports a loop this way, later ones as ELOOP
+            raise InvalidInput(f"{full}: symlink loop") from None
+        except OSError as exc:
+            raise InvalidInput(f"cannot read source file {full}: {exc.strerror}") from None
         if not target.is_relative_to(root):
             raise InvalidInput(f"{full}: symlink points outside the source ({target})")
         if target.is_dir():
@@ -67,7 +101,8 @@ def _source_file(full: Path, rel: str, root: Path) -> SourceFile:
         raise InvalidInput(f"{full}: not a regular file")
     if not os.access(full, os.R_OK):
         raise InvalidInput(f"cannot read source file {full}: permission denied")
-    return SourceFile(full, rel, st.st_size, stat.S_IMODE(st.st_mode))
+    # Only permission bits travel: a setuid, setgid or sticky bit is not stored.
+    return SourceFile(full, rel, st.st_size, st.st_mode & MAX_MODE)
 
 
 def put_tree(
@@ -84,7 +119,7 @@ def put_tree(
         raise InvalidInput(
             f"piece_size {piece_size} must be between {MIN_PIECE_SIZE} and {MAX_PIECE_SIZE}"
         )
-    files = scan_source(Path(source))
+    files = scan_source(Path(source)).files
     writer = PieceWriter(pieces, piece_size)
     try:
         with put_lease(pieces.backend) as lease:
