@@ -77,3 +77,22 @@ def test_concurrent_alias_moves_from_one_state_have_exactly_one_winner(
     assert codes == [0, 3, 3, 3, 3, 3]
     assert workspace.catalog.get_alias("prod") in targets
     assert len(workspace.catalog.alias_history("prod")) == 2
+
+
+def test_a_legacy_alias_that_spells_an_id_prefix_wins_and_says_so(
+    workspace: Workspace, tmp_path: Path
+) -> None:
+    first = workspace.put(make_tree(tmp_path / "a", "a"), "dataset")
+    second = workspace.put(make_tree(tmp_path / "b", "b"), "dataset")
+    legacy = second.id[:6]
+    # Made before alias names that read as id prefixes were refused: written behind the rule.
+    with sqlite3.connect(workspace.catalog.path) as db:  # type: ignore[attr-defined]
+        db.execute("INSERT INTO aliases VALUES (?, ?, 0)", (legacy, first.id))
+    notes: list[str] = []
+    workspace.note = notes.append
+    assert workspace.resolve(legacy) == first.id
+    assert len(notes) == 1
+    assert f"'{legacy}' is an alias (→ {first.id[:16]})" in notes[0]
+    assert f"prefixes artifact {second.id[:16]}" in notes[0] and "used the alias" in notes[0]
+    assert workspace.resolve(second.id[:7]) == second.id
+    assert len(notes) == 1  # a longer prefix is no alias: nothing to say

@@ -7,13 +7,15 @@ or an alias into an id; `get` materializes and verifies. Layout under `$SHIPYARD
 """
 
 import os
+import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from shipyard.catalog import ArtifactRecord, Catalog, RunStatus, open_catalog
+from shipyard.catalog.base import looks_like_id_prefix
 from shipyard.errors import InvalidInput, NotFound
 from shipyard.provenance import code_version, current_user
 from shipyard.store import (
@@ -28,19 +30,23 @@ from shipyard.store import (
     put_tree,
     verify,
 )
+from shipyard.store.manifest import HASH_HEX_LEN
 from shipyard.store.put import Progress
-
-_HEX = set("0123456789abcdef")
 
 
 def shipyard_home() -> Path:
     return Path(os.environ.get("SHIPYARD_HOME", "~/.shipyard")).expanduser()
 
 
+def _stderr_note(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
 @dataclass
 class Workspace:
     pieces: PieceStore
     catalog: Catalog
+    note: Callable[[str], None] = field(default=_stderr_note)  # says what a command chose
 
     @classmethod
     def open(cls, home: Path | None = None) -> "Workspace":
@@ -123,23 +129,41 @@ class Workspace:
     # Reading
 
     def resolve(self, ref: str) -> str:
-        """The artifact id that `ref` (alias, full id or unique id prefix) names."""
+        """The artifact id that `ref` (alias, full id or unique id prefix) names.
+
+        An alias wins over an id prefix it spells: alias names that read as id prefixes are
+        refused now, but one made before that rule keeps working, with a note naming both.
+        """
         aliased = self.catalog.get_alias(ref)
         if aliased:
+            shadowed = (
+                [m for m in self._by_id(ref) if m != aliased] if looks_like_id_prefix(ref) else []
+            )
+            if shadowed:
+                self.note(
+                    f"note: {ref!r} is an alias (→ {aliased[:16]}) and also prefixes artifact "
+                    f"{', '.join(m[:16] for m in shadowed)}; used the alias. Give the id at "
+                    "least one more digit to mean the artifact"
+                )
             return aliased
-        lowered = ref.lower()
-        if set(lowered) <= _HEX and len(lowered) >= 4:
-            if len(lowered) == 64 and (
-                self.catalog.get_artifact(lowered) or self.pieces.has_manifest(lowered)
-            ):
-                return lowered
-            matches = self.catalog.find_by_prefix(lowered)
+        if looks_like_id_prefix(ref):
+            matches = self._by_id(ref)
             if len(matches) == 1:
                 return matches[0]
             if len(matches) > 1:
                 shown = ", ".join(m[:16] for m in matches)
                 raise InvalidInput(f"{ref!r} is ambiguous: it prefixes {shown}")
         raise NotFound(f"no artifact or alias named {ref!r}")
+
+    def _by_id(self, ref: str) -> list[str]:
+        """The artifacts whose id is or starts with `ref`: the catalog's, or a full id in the
+        store that the catalog does not know."""
+        lowered = ref.lower()
+        if len(lowered) == HASH_HEX_LEN and (
+            self.catalog.get_artifact(lowered) or self.pieces.has_manifest(lowered)
+        ):
+            return [lowered]
+        return self.catalog.find_by_prefix(lowered)
 
     def manifest(self, ref: str) -> Manifest:
         return self.pieces.get_manifest(self.resolve(ref))

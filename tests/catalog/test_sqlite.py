@@ -1,12 +1,15 @@
 """Aliases move only by compare-and-swap and keep history; lineage walks both ways."""
 
+import os
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
 from shipyard.catalog import ArtifactRecord, SQLiteCatalog
-from shipyard.errors import Conflict, InvalidInput, NotFound
+from shipyard.errors import Conflict, InvalidInput, NotFound, StorageError
 
 
 def artifact(catalog: SQLiteCatalog, char: str, kind: str = "model", run: str | None = None) -> str:
@@ -43,6 +46,73 @@ def test_alias_to_unknown_artifact_or_with_bad_name_is_refused(catalog: SQLiteCa
         with pytest.raises(InvalidInput):
             catalog.set_alias(bad, a, expect=None, by="x")
     assert catalog.list_aliases() == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("a1ff", "reads as an artifact id prefix"),
+        ("DEADbeef", "reads as an artifact id prefix"),
+        ("0123456789", "reads as an artifact id prefix"),
+        ("-rf", "would read as an option"),
+        ("--expect", "would read as an option"),
+        ("/etc", "would read as a path"),
+    ],
+)
+def test_alias_names_that_read_as_something_else_are_refused(
+    catalog: SQLiteCatalog, name: str, why: str
+) -> None:
+    a = artifact(catalog, "a")
+    with pytest.raises(InvalidInput, match=f"alias '{name}'.*{why}.*letters, digits|{why}: add"):
+        catalog.set_alias(name, a, expect=None, by="x")
+    assert catalog.list_aliases() == {}
+
+
+@pytest.mark.parametrize("name", ["abc", "a1fz", "beefy", "prod-model", "team/model:v2", "x-"])
+def test_alias_names_with_a_non_hex_character_or_under_four_digits_are_accepted(
+    catalog: SQLiteCatalog, name: str
+) -> None:
+    a = artifact(catalog, "a")
+    catalog.set_alias(name, a, expect=None, by="x")
+    assert catalog.get_alias(name) == a
+
+
+def test_a_missing_catalog_is_created_once_by_racing_openers(tmp_path: Path) -> None:
+    path = tmp_path / "deep" / "catalog.db"
+    start = threading.Barrier(8)
+
+    def open_and_add(i: int) -> None:
+        start.wait()
+        catalog = SQLiteCatalog(path)
+        catalog.add_artifact(ArtifactRecord(f"{i:x}" * 64, "model", 1, 1, 0.0, None))
+        catalog.close()
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(open_and_add, range(8)))
+    assert len(SQLiteCatalog(path).list_artifacts()) == 8
+    assert [p.name for p in path.parent.iterdir() if not p.name.startswith("catalog.db")] == []
+
+
+def test_an_empty_catalog_file_is_refused_not_recreated(tmp_path: Path) -> None:
+    path = tmp_path / "catalog.db"
+    path.write_bytes(b"")
+    with pytest.raises(StorageError, match=f"catalog {path} is an empty file"):
+        SQLiteCatalog(path)
+    assert path.read_bytes() == b""
+
+
+@pytest.mark.parametrize("damage", ["random bytes", "torn header"])
+def test_a_corrupt_catalog_is_a_storage_error_naming_the_file(tmp_path: Path, damage: str) -> None:
+    path = tmp_path / "catalog.db"
+    good = SQLiteCatalog(path)
+    good.set_alias("prod", artifact(good, "a"), expect=None, by="x")
+    good.close()
+    data = path.read_bytes()
+    bad = os.urandom(len(data)) if damage == "random bytes" else b"\0" * 100 + data[100:]
+    path.write_bytes(bad)
+    with pytest.raises(StorageError, match=f"catalog {path}: .*not a database"):
+        SQLiteCatalog(path).list_aliases()
+    assert path.read_bytes() == bad
 
 
 def test_run_records_inputs_outputs_config_and_code(catalog: SQLiteCatalog) -> None:

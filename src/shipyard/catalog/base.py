@@ -6,10 +6,37 @@ embedded default; a PostgreSQL catalog implements the same `Catalog` protocol, s
 see which one they have.
 """
 
+import string
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from shipyard.errors import InvalidInput
+
 RunStatus = Literal["running", "succeeded", "failed"]
+
+ALIAS_CHARS = frozenset(string.ascii_letters + string.digits + "-_./:")
+MAX_ALIAS_LEN = 200
+MIN_ID_PREFIX = 4  # a ref of this many hex digits or more is read as an artifact id prefix
+
+
+def looks_like_id_prefix(ref: str) -> bool:
+    """Whether `ref` reads as an artifact id or a prefix of one (case-insensitive hex)."""
+    return len(ref) >= MIN_ID_PREFIX and all(c in string.hexdigits for c in ref)
+
+
+def check_alias_name(name: str) -> None:
+    """Refuse an alias name that a shell or a ref lookup would read as something else."""
+    allowed = f"1-{MAX_ALIAS_LEN} letters, digits or '-_./:', not starting with '-', '.' or '/'"
+    if not name or len(name) > MAX_ALIAS_LEN or not set(name) <= ALIAS_CHARS:
+        raise InvalidInput(f"alias {name!r}: use {allowed}")
+    if name[0] in "-./":
+        why = "an option" if name[0] == "-" else "a path"
+        raise InvalidInput(f"alias {name!r} would read as {why}: use {allowed}")
+    if looks_like_id_prefix(name):
+        raise InvalidInput(
+            f"alias {name!r} is {MIN_ID_PREFIX} or more hex digits, which reads as an artifact id "
+            f"prefix: add a letter g-z or a '-_./:' (for example '{name}-model')"
+        )
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,18 @@
-"""The embedded catalog: one SQLite file in WAL mode, safe for many processes on one host."""
+"""The embedded catalog: one SQLite file in WAL mode, safe for many processes on one host.
+
+Only a missing file means a fresh catalog. A new one is built beside its final name and linked
+into place, so no process ever sees a half-made catalog; an existing file that is empty or not a
+database is refused by name (`StorageError`), never replaced: it held every alias and lineage
+record.
+"""
 
 import json
+import os
 import sqlite3
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -16,8 +23,9 @@ from shipyard.catalog.base import (
     LineageEdge,
     RunRecord,
     RunStatus,
+    check_alias_name,
 )
-from shipyard.errors import Conflict, InvalidInput, NotFound
+from shipyard.errors import Conflict, NotFound, StorageError
 from shipyard.hashing import canonical_json, sha256_hex
 
 _SCHEMA = resources.files("shipyard.catalog").joinpath("schema.sql").read_text()
@@ -27,31 +35,46 @@ _BUSY_TIMEOUT_MS = 30_000
 class SQLiteCatalog:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit mode: every write below opens its own explicit transaction.
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("PRAGMA foreign_keys=ON")
+        _create_unless_present(self.path)
+        try:
+            # Autocommit mode: every write below opens its own explicit transaction.
+            self.db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=_BUSY_TIMEOUT_MS / 1000
+            )
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from None
+        self._execute("PRAGMA journal_mode=WAL")
+        self._execute("PRAGMA synchronous=NORMAL")
+        self._execute("PRAGMA foreign_keys=ON")
         with self._write():
-            self._create_schema()
+            _create_schema(self._execute)
 
-    def _create_schema(self) -> None:
-        for statement in _SCHEMA.split(";"):
-            if statement.strip():
-                self.db.execute(statement)
+    def _broken(self, exc: sqlite3.Error) -> StorageError:
+        return StorageError(f"catalog {self.path}: {exc} (is it a Shipyard catalog, and intact?)")
+
+    def _execute(self, sql: str, params: tuple[Any, ...] = ()) -> sqlite3.Cursor:
+        try:
+            return self.db.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from None
+
+    def _rows(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        try:
+            return self.db.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise self._broken(exc) from None
 
     @contextmanager
     def _write(self) -> Iterator[None]:
         # BEGIN IMMEDIATE takes the write lock up front, so read-then-write sequences such as an
         # alias compare-and-swap cannot interleave with another writer.
-        self.db.execute("BEGIN IMMEDIATE")
+        self._execute("BEGIN IMMEDIATE")
         try:
             yield
         except BaseException:
-            self.db.execute("ROLLBACK")
+            self._execute("ROLLBACK")
             raise
-        self.db.execute("COMMIT")
+        self._execute("COMMIT")
 
     def close(self) -> None:
         self.db.close()
@@ -60,7 +83,7 @@ class SQLiteCatalog:
 
     def add_artifact(self, record: ArtifactRecord) -> None:
         with self._write():
-            self.db.execute(
+            self._execute(
                 "INSERT OR IGNORE INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (
                     record.id,
@@ -74,20 +97,20 @@ class SQLiteCatalog:
             )
 
     def get_artifact(self, artifact_id: str) -> ArtifactRecord | None:
-        row = self.db.execute("SELECT * FROM artifacts WHERE id = ?", (artifact_id,)).fetchone()
-        return _artifact(row) if row else None
+        rows = self._rows("SELECT * FROM artifacts WHERE id = ?", (artifact_id,))
+        return _artifact(rows[0]) if rows else None
 
     def list_artifacts(self, kind: str | None = None) -> list[ArtifactRecord]:
         query = "SELECT * FROM artifacts"
         params: tuple[Any, ...] = ()
         if kind:
             query, params = query + " WHERE kind = ?", (kind,)
-        return [_artifact(r) for r in self.db.execute(query + " ORDER BY created_at", params)]
+        return [_artifact(r) for r in self._rows(query + " ORDER BY created_at", params)]
 
     def find_by_prefix(self, prefix: str) -> list[str]:
         if not prefix or not all(c in "0123456789abcdef" for c in prefix):
             return []
-        rows = self.db.execute(
+        rows = self._rows(
             "SELECT id FROM artifacts WHERE id >= ? AND id < ? ORDER BY id LIMIT 5",
             (prefix, prefix + "g"),
         )
@@ -96,14 +119,14 @@ class SQLiteCatalog:
     # Aliases
 
     def get_alias(self, name: str) -> str | None:
-        row = self.db.execute("SELECT artifact_id FROM aliases WHERE name = ?", (name,)).fetchone()
-        return row[0] if row else None
+        rows = self._rows("SELECT artifact_id FROM aliases WHERE name = ?", (name,))
+        return str(rows[0][0]) if rows else None
 
     def list_aliases(self) -> dict[str, str]:
-        return dict(self.db.execute("SELECT name, artifact_id FROM aliases ORDER BY name"))
+        return dict(self._rows("SELECT name, artifact_id FROM aliases ORDER BY name"))
 
     def set_alias(self, name: str, new_id: str, expect: str | None, by: str) -> None:
-        _check_alias_name(name)
+        check_alias_name(name)
         now = time.time()
         with self._write():
             if self.get_artifact(new_id) is None:
@@ -116,18 +139,18 @@ class SQLiteCatalog:
                 )
             if current == new_id:
                 return  # already there: not a move, so no history entry
-            self.db.execute(
+            self._execute(
                 "INSERT INTO aliases VALUES (?, ?, ?) ON CONFLICT (name) DO UPDATE "
                 "SET artifact_id = excluded.artifact_id, updated_at = excluded.updated_at",
                 (name, new_id, now),
             )
-            self.db.execute(
+            self._execute(
                 "INSERT INTO alias_history (name, old_id, new_id, at, by_whom) VALUES (?,?,?,?,?)",
                 (name, current, new_id, now, by),
             )
 
     def alias_history(self, name: str) -> list[AliasEvent]:
-        rows = self.db.execute(
+        rows = self._rows(
             "SELECT name, old_id, new_id, at, by_whom FROM alias_history WHERE name = ? "
             "ORDER BY seq",
             (name,),
@@ -147,7 +170,7 @@ class SQLiteCatalog:
         run_id = f"run-{uuid.uuid4().hex[:16]}"
         config_bytes = canonical_json(config)
         with self._write():
-            self.db.execute(
+            self._execute(
                 "INSERT INTO runs VALUES (?, ?, 'running', ?, NULL, ?, ?, ?, ?)",
                 (
                     run_id,
@@ -162,16 +185,16 @@ class SQLiteCatalog:
             for artifact_id in inputs:
                 if self.get_artifact(artifact_id) is None:
                     raise NotFound(f"run input {artifact_id} is not a known artifact")
-                self.db.execute("INSERT OR IGNORE INTO edges VALUES (?, ?)", (artifact_id, run_id))
+                self._execute("INSERT OR IGNORE INTO edges VALUES (?, ?)", (artifact_id, run_id))
         return run_id
 
     def add_run_output(self, run_id: str, artifact_id: str) -> None:
         with self._write():
-            self.db.execute("INSERT OR IGNORE INTO edges VALUES (?, ?)", (run_id, artifact_id))
+            self._execute("INSERT OR IGNORE INTO edges VALUES (?, ?)", (run_id, artifact_id))
 
     def finish_run(self, run_id: str, status: RunStatus) -> None:
         with self._write():
-            cursor = self.db.execute(
+            cursor = self._execute(
                 "UPDATE runs SET status = ?, ended_at = ? WHERE id = ?",
                 (status, time.time(), run_id),
             )
@@ -179,16 +202,12 @@ class SQLiteCatalog:
                 raise NotFound(f"run {run_id} does not exist")
 
     def get_run(self, run_id: str) -> RunRecord | None:
-        row = self.db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
-        if row is None:
+        found = self._rows("SELECT * FROM runs WHERE id = ?", (run_id,))
+        if not found:
             return None
-        inputs = [
-            r[0] for r in self.db.execute("SELECT parent FROM edges WHERE child = ?", (run_id,))
-        ]
-        outputs = [
-            r[0] for r in self.db.execute("SELECT child FROM edges WHERE parent = ?", (run_id,))
-        ]
-        run_id, kind, status, started, ended, config_hash, code_version, user, config = row
+        inputs = [r[0] for r in self._rows("SELECT parent FROM edges WHERE child = ?", (run_id,))]
+        outputs = [r[0] for r in self._rows("SELECT child FROM edges WHERE parent = ?", (run_id,))]
+        run_id, kind, status, started, ended, config_hash, code_version, user, config = found[0]
         return RunRecord(
             run_id,
             kind,
@@ -216,7 +235,7 @@ class SQLiteCatalog:
             )
             SELECT parent, child, MIN(depth) FROM walk GROUP BY parent, child ORDER BY 3, 1, 2
         """
-        return [LineageEdge(*row) for row in self.db.execute(query, (node_id,))]
+        return [LineageEdge(*row) for row in self._rows(query, (node_id,))]
 
 
 def _artifact(row: tuple[Any, ...]) -> ArtifactRecord:
@@ -226,11 +245,37 @@ def _artifact(row: tuple[Any, ...]) -> ArtifactRecord:
     )
 
 
-def _check_alias_name(name: str) -> None:
-    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:")
-    if not name or len(name) > 200 or not set(name) <= allowed or name[0] in "./":
-        raise InvalidInput(
-            f"alias {name!r}: use 1–200 letters, digits or '-_./:' not starting with '.' or '/'"
-        )
-    if len(name) == 64 and all(c in "0123456789abcdef" for c in name):
-        raise InvalidInput(f"alias {name!r} looks like an artifact id; choose another name")
+def _create_schema(execute: Any) -> None:
+    for statement in _SCHEMA.split(";"):
+        if statement.strip():
+            execute(statement)
+
+
+def _create_unless_present(path: Path) -> None:
+    """Make a fresh catalog at `path` if nothing is there; refuse an empty file."""
+    try:
+        if path.stat().st_size == 0:
+            raise StorageError(
+                f"catalog {path} is an empty file, not a catalog: refusing to start a fresh one "
+                "over it. Restore it from a backup, or move it aside to start afresh"
+            )
+        return
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise StorageError(f"cannot open catalog {path}: {exc.strerror}") from None
+    fresh = path.with_name(f".{path.name}.new-{uuid.uuid4().hex[:12]}")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        db = sqlite3.connect(fresh, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            _create_schema(db.execute)
+        finally:
+            db.close()
+        with suppress(FileExistsError):  # link never replaces: a catalog made first wins
+            os.link(fresh, path)
+    except (OSError, sqlite3.Error) as exc:
+        raise StorageError(f"cannot create catalog {path}: {exc}") from None
+    finally:
+        fresh.unlink(missing_ok=True)

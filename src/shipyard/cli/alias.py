@@ -4,6 +4,7 @@ import argparse
 import datetime
 
 from shipyard.catalog import LineageEdge
+from shipyard.errors import NotFound
 from shipyard.workspace import Workspace
 
 
@@ -60,7 +61,10 @@ def _set(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    for event in Workspace.open().catalog.alias_history(args.name):
+    events = Workspace.open().catalog.alias_history(args.name)
+    if not events:
+        raise NotFound(f"no alias named {args.name!r} (`shipyard alias ls` lists them)")
+    for event in events:
         when = datetime.datetime.fromtimestamp(event.at).isoformat(timespec="seconds")
         old = event.old_id[:16] if event.old_id else "(new)"
         print(f"{when}  {old} → {event.new_id[:16]}  by {event.by}")

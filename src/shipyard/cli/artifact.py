@@ -3,6 +3,7 @@
 import argparse
 import datetime
 import json
+import sys
 from pathlib import Path
 
 from shipyard.cli.progress import byte_progress, stderr
@@ -55,9 +56,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 def _put(args: argparse.Namespace) -> int:
     if not isinstance(args.metadata, dict):
         raise InvalidInput("--metadata must be a JSON object")
-    total = sum(f.size for f in scan_source(args.path))
+    source = scan_source(args.path)
+    if source.empty_dirs:
+        shown = ", ".join(source.empty_dirs[:5]) + (", ..." if len(source.empty_dirs) > 5 else "")
+        print(
+            f"note: empty directories are not stored ({len(source.empty_dirs)}: {shown}); "
+            "an artifact holds files, so put a file in a directory to keep it",
+            file=sys.stderr,
+        )
     ws = Workspace.open()
-    with byte_progress(f"put {args.path.name}", total) as advance:
+    with byte_progress(f"put {args.path.name}", source.size) as advance:
         record = ws.put(
             args.path,
             args.kind,
