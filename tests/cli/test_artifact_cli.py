@@ -1,7 +1,10 @@
 """The real `shipyard` command: output contract and exit codes."""
 
 import os
+import shutil
+import sqlite3
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -116,6 +119,119 @@ def test_put_and_get_through_s3(
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "weights.bin").read_bytes() == (source / "weights.bin").read_bytes()
     assert cli("artifact", "verify", artifact_id).returncode == 0
+
+
+def permissions_bind() -> list[str]:
+    """A command prefix under which file permissions bind, even for root: root keeps its uid
+    (so it can still run this interpreter) but loses the capabilities that override them."""
+    if os.geteuid() != 0:
+        return []
+    prefix = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+    if shutil.which("setpriv") is None or subprocess.run([*prefix, "true"]).returncode != 0:
+        pytest.skip("root here cannot drop the capabilities that override file permissions")
+    return prefix
+
+
+def cli_where_permissions_bind(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [*permissions_bind(), sys.executable, "-m", "shipyard", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def test_put_refuses_a_directory_it_cannot_read(cli: Cli, source: Path) -> None:
+    (source / "secret").mkdir()
+    (source / "secret" / "weights.bin").write_bytes(b"unseen")
+    os.chmod(source / "secret", 0)
+    try:
+        result = cli_where_permissions_bind("artifact", "put", str(source), "--kind", "model")
+    finally:
+        os.chmod(source / "secret", 0o755)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert f"cannot read source directory {source}/secret: Permission denied" in result.stderr
+    assert cli("artifact", "ls").stdout == ""
+
+
+def test_put_refuses_a_symlink_loop_by_name(cli: Cli, source: Path) -> None:
+    (source / "loop").symlink_to("loop")
+    result = cli("artifact", "put", str(source), "--kind", "model")
+    assert result.returncode == 2
+    assert result.stderr == f"error: {source}/loop: symlink loop\n"
+
+
+def test_put_notes_the_empty_directories_it_leaves_out(
+    cli: Cli, source: Path, tmp_path: Path
+) -> None:
+    (source / "logs").mkdir()
+    artifact_id = put(cli, source)
+    shown = cli("artifact", "show", artifact_id).stdout
+    assert "logs" not in shown
+    result = cli("artifact", "put", str(source), "--kind", "model", "--piece-size-mib", "1")
+    assert "note: empty directories are not stored (1: logs)" in result.stderr
+
+
+def test_get_into_an_unwritable_directory_exits_6_naming_it(
+    cli: Cli, source: Path, tmp_path: Path, shipyard_home: Path
+) -> None:
+    artifact_id = put(cli, source)
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    os.chmod(locked, 0o555)
+    result = cli_where_permissions_bind("artifact", "get", artifact_id, str(locked / "out"))
+    assert result.returncode == 6, result.stdout + result.stderr
+    assert f"cannot write destination {locked}/out: Permission denied" in result.stderr
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("damage", ["empty", "garbage"])
+def test_a_damaged_catalog_exits_6_naming_the_file(
+    cli: Cli, source: Path, shipyard_home: Path, damage: str
+) -> None:
+    put(cli, source, "--name", "m")
+    catalog = shipyard_home / "catalog.db"
+    bad = b"" if damage == "empty" else os.urandom(catalog.stat().st_size)
+    catalog.write_bytes(bad)
+    for command in (["artifact", "ls"], ["alias", "ls"], ["artifact", "get", "m", "out"]):
+        result = cli(*command)
+        assert result.returncode == 6, result.stderr
+        assert result.stderr.startswith(f"error: catalog {catalog}")
+        assert "Traceback" not in result.stderr
+    assert catalog.read_bytes() == bad
+
+
+def test_alias_history_of_an_unknown_name_exits_4(cli: Cli) -> None:
+    result = cli("alias", "history", "unknown")
+    assert result.returncode == 4
+    assert "no alias named 'unknown'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [("-rf", "would read as an option"), ("a1ff", "id prefix"), ("C0FFEE", "id prefix")],
+)
+def test_alias_names_that_read_as_options_or_ids_exit_2(
+    cli: Cli, source: Path, name: str, why: str
+) -> None:
+    artifact_id = put(cli, source, "--name", "m")
+    result = cli("alias", "set", "--", name, "m")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: alias {name!r}") and why in result.stderr
+    assert cli("alias", "ls").stdout == f"m  {artifact_id}\n"
+
+
+def test_ls_into_a_pipe_that_closes_early_ends_quietly(cli: Cli, shipyard_home: Path) -> None:
+    Workspace.open(shipyard_home).close()
+    rows = [(f"{i:064x}", "dataset", i, 1, float(i), None, "{}") for i in range(5000)]
+    with sqlite3.connect(shipyard_home / "catalog.db") as db:
+        db.executemany("INSERT INTO artifacts VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+    shipyard = f"{sys.executable} -m shipyard"
+    result = subprocess.run(
+        ["bash", "-c", f"{shipyard} artifact ls | head -1; echo ${{PIPESTATUS[0]}} >&2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.startswith("0" * 16)
+    assert len(result.stdout.splitlines()) == 1
+    assert "Traceback" not in result.stderr and "Broken pipe" not in result.stderr, result.stderr
 
 
 def test_demo_runs_end_to_end(cli: Cli) -> None:
