@@ -2,6 +2,7 @@
 
 import http.client
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -76,9 +77,11 @@ class Live:
         return response.status, json.loads(raw) if kind == "application/json" else raw.decode()
 
 
-def shipyard(*args: str) -> subprocess.CompletedProcess[str]:
+def shipyard(*args: str, home: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the CLI (under `home` when given, else the environment's `$SHIPYARD_HOME`)."""
     cmd = [sys.executable, "-m", "shipyard.cli.main", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "SHIPYARD_HOME": str(home)} if home else None
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
 
 
 @contextmanager
@@ -94,7 +97,8 @@ def scheduler(home: Path, workdir: Path, config: Any = None) -> Iterator[Live]:
     cmd = [sys.executable, "-m", "shipyard.cli.main", "scheduler", "serve"]
     cmd += ["--config", str(cluster), "--port", str(port), "--tick", "0.05"]
     with output.open("w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+        env = {**os.environ, "SHIPYARD_HOME": str(home)}
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     live = Live(f"http://127.0.0.1:{port}", port, home, output)
 
     def up() -> bool:

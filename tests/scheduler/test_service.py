@@ -6,6 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from shipyard.scheduler.config import parse_config
 from shipyard.scheduler.local import LocalBackend
@@ -148,3 +149,25 @@ def test_failed_launch_frees_the_gpus(service: Service, tmp_path: Path) -> None:
     later = submit(service, tmp_path, "later", "a", 2, "quick")
     until(service, lambda: service.store.get(later)["state"] == "done")
     assert (tmp_path / "later.gpus").read_text() == "0,1"
+
+
+def test_metrics_escape_label_values(tmp_path: Path) -> None:
+    team = 'we"ird\nteam\\x'
+    config = parse_config({"nodes": [{"name": "n0", "gpus": 2}],
+                           "teams": [{"team": team, "nominal": {"gpu": 2}}]})  # fmt: skip
+    svc = Service(config, JobStore(tmp_path / "catalog.db"), LocalBackend(config.nodes, tmp_path))
+    try:
+        job_id = submit(svc, tmp_path, "odd", team, 2, "quick")
+        until(svc, lambda: svc.store.get(job_id)["state"] == "done")
+    finally:
+        svc.backend.shutdown()
+    families = {f.name: f for f in text_string_to_metric_families(svc.metrics().decode())}
+    (charged,) = families["shipyard_scheduler_allocated_gpu_seconds"].samples
+    assert charged.labels == {"team": team, "tier": "guaranteed"} and charged.value >= 0
+    assert charged.value == svc.charged[(team, "guaranteed")]
+    events = {s.labels["event"]: s.value for s in families["shipyard_scheduler_events"].samples}
+    assert events == {"admit": 1, "done": 1}
+    (passes,) = families["shipyard_scheduler_passes"].samples
+    assert passes.name == "shipyard_scheduler_passes_total" and passes.value == svc.passes >= 1
+    assert families["shipyard_scheduler_free_gpus"].samples[0].value == 2
+    assert families["shipyard_scheduler_running_jobs"].samples[0].value == 0
