@@ -2,9 +2,9 @@
 
 Rules (docs/scheduler.md, "Security"):
 
-- Every request's `Host` must name this server: a loopback name, the bound host, or (on a
-  non-loopback bind) this machine's name or an IP literal. Anything else (`Host: evil.example`,
-  a DNS-rebinding page) gets 421, GETs included.
+- Every request's `Host` must name this server: a loopback name or address, the bound host,
+  `extra_hosts`, or (on a wildcard bind) this machine's name or any IP literal. Anything else
+  (`Host: evil.example`, a DNS-rebinding page) gets 421, GETs included.
 - A mutation (POST, PUT, PATCH, DELETE) needs an `Origin`, if sent, equal to `http://<Host>`
   (403), `Authorization: Bearer <token>` (401) and `Content-Type: application/json` (415). So a
   web page cannot start anything: it cannot read the token, and a cross-origin `text/plain`
@@ -17,9 +17,12 @@ Rules (docs/scheduler.md, "Security"):
 The token is made on first start into `<home>/tokens/<service>.token` (mode 0600) and reused
 after; a token file that others may read or write, or that another user owns, is refused.
 
-Use: `Guard.start(service, home, bound_host)` once, then either subclass `GuardedHandler` (for
-`http.server`: set `guard`, implement `route`) or, in another framework, call `check`,
-`read_json` and `audit` per request. Clients send `read_token(service, home)` and get replies
+Use: refuse a non-loopback bind unless the user asked for it (`is_loopback(host)`), then
+`Guard.start(service, home, bound_host)` once, and either subclass `GuardedHandler` (for
+`http.server`: set `guard`, implement `route`) or, in another framework, call
+`guard.check(method, headers)`, `guard.read_json(headers, read)` and `guard.audit(...)` per
+request, answering a `Refused` with its `status`. `headers` is anything whose `items()` gives
+(name, value) pairs, repeats included. Clients send `read_token(service, home)` and get replies
 through `call(url, method, body, token)`, which maps refusals to Shipyard's errors.
 """
 
@@ -45,13 +48,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import parse_qs, urlparse
 
-from shipyard.errors import (
-    Conflict,
-    InvalidInput,
-    NotFound,
-    ShipyardError,
-    StorageError,
-)
+from shipyard.errors import Conflict, InvalidInput, NotFound, ShipyardError, StorageError
 
 MAX_BODY = 1 << 20
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -162,6 +159,14 @@ class Guard:
     max_body: int = MAX_BODY
     extra_hosts: frozenset[str] = frozenset()
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _names: frozenset[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Names this machine answers to, looked up once (getfqdn may ask DNS).
+        wildcard = self.bound_host in _WILDCARDS
+        self._names = self.extra_hosts | {self.bound_host.lower()} - _WILDCARDS
+        if wildcard:
+            self._names |= {socket.gethostname().lower(), socket.getfqdn().lower()}
 
     @classmethod
     def start(cls, service: str, home: Path, bound_host: str, **options: Any) -> "Guard":
@@ -175,21 +180,16 @@ class Guard:
         if not match:
             return False
         name = match["name"].strip("[]").lower()
-        if is_loopback(name) or name in self.extra_hosts:
+        if is_loopback(name) or name in self._names:
             return True
-        if is_loopback(self.bound_host):
+        if self.bound_host not in _WILDCARDS:
             return False
-        if name == self.bound_host.lower():
-            return True
-        if self.bound_host in _WILDCARDS:
-            # An IP literal cannot be rebound to another address, unlike a name a page controls.
-            try:
-                ipaddress.ip_address(name)
-                return True
-            except ValueError:
-                pass
-            return name in {socket.gethostname().lower(), socket.getfqdn().lower()}
-        return False
+        # An IP literal cannot be rebound to another address, unlike a name a page controls.
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        return True
 
     def check(self, method: str, headers: Headers) -> None:
         """Refuse a request whose headers break a rule; the body is not read yet."""
