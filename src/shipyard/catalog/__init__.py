@@ -11,7 +11,7 @@ from shipyard.catalog.base import (
     RunRecord,
     RunStatus,
 )
-from shipyard.catalog.sqlite import SQLiteCatalog
+from shipyard.catalog.sqlite import SQLiteCatalog, ensure_catalog_file
 from shipyard.errors import InvalidInput
 
 
@@ -31,5 +31,6 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "SQLiteCatalog",
+    "ensure_catalog_file",
     "open_catalog",
 ]

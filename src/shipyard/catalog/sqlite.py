@@ -35,7 +35,7 @@ _BUSY_TIMEOUT_MS = 30_000
 class SQLiteCatalog:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
-        _create_unless_present(self.path)
+        ensure_catalog_file(self.path)
         try:
             # Autocommit mode: every write below opens its own explicit transaction.
             self.db = sqlite3.connect(
@@ -251,8 +251,9 @@ def _create_schema(execute: Any) -> None:
             execute(statement)
 
 
-def _create_unless_present(path: Path) -> None:
-    """Make a fresh catalog at `path` if nothing is there; refuse an empty file."""
+def ensure_catalog_file(path: Path) -> None:
+    """Make a fresh catalog at `path` if nothing is there; refuse an empty file. Everything that
+    opens the catalog file calls this first, so none sees another's half-made file."""
     try:
         if path.stat().st_size == 0:
             raise StorageError(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from shipyard.catalog import ensure_catalog_file
 from shipyard.errors import InvalidInput, NotFound
 from shipyard.scheduler.model import Job
 from shipyard.workspace import shipyard_home
@@ -54,7 +55,7 @@ def catalog_path() -> Path:
 class JobStore:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or catalog_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_catalog_file(self.path)
         with self._db() as db:
             db.executescript(_SCHEMA)
 

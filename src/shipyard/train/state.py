@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shipyard.catalog import ensure_catalog_file
 from shipyard.errors import InvalidInput, NotFound
 from shipyard.workspace import shipyard_home
 
@@ -97,7 +98,7 @@ class RunTable:
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or catalog_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        ensure_catalog_file(self.path)
         self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(_SCHEMA)
