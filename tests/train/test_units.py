@@ -113,5 +113,5 @@ def test_metrics_endpoint_serves_prometheus_text():
         body = urllib.request.urlopen(url, timeout=10).read().decode()
     finally:
         server.close()
-    assert 'shipyard_train_step{run="r"} 7' in body
+    assert 'shipyard_train_step{run="r"} 7.0' in body
     assert "# TYPE shipyard_train_failures_total counter" in body

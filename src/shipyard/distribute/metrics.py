@@ -1,10 +1,16 @@
-"""Counters and gauges rendered in the Prometheus text format by the daemon's `GET /metrics`."""
+"""The daemon's counters and gauges, served as Prometheus text by its `GET /metrics`."""
 
 from collections import defaultdict
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
+    from shipyard.prometheus import Families, Sample
 
 Labels = tuple[tuple[str, str], ...]
 
-HELP = {
+FAMILIES: "Families" = {
     "shipyard_peer_bytes_received_total": ("counter", "verified piece bytes fetched, by source"),
     "shipyard_peer_bytes_sent_total": ("counter", "piece bytes served to other peers"),
     "shipyard_peer_pieces_received_total": ("counter", "verified pieces fetched, by source"),
@@ -19,6 +25,7 @@ HELP = {
         "resumed pieces that failed verification and started over",
     ),
     "shipyard_peer_requests_served_total": ("counter", "requests this peer answered, by op"),
+    "shipyard_peer_requests_refused_total": ("counter", "requests refused, by reason"),
     "shipyard_peer_request_failures_total": ("counter", "piece requests that failed, by reason"),
     "shipyard_peer_hedged_requests_total": ("counter", "duplicate requests for slow pieces"),
     "shipyard_peer_store_failures_total": ("counter", "verified pieces the local store refused"),
@@ -30,8 +37,11 @@ HELP = {
 
 
 class Metrics:
+    """Values by name and labels, updated on the daemon's event loop; a scrape renders a copy."""
+
     def __init__(self) -> None:
         self.values: dict[str, dict[Labels, float]] = defaultdict(lambda: defaultdict(float))
+        self._registry: CollectorRegistry | None = None
 
     def inc(self, name: str, value: float = 1, **labels: str) -> None:
         self.values[name][tuple(sorted(labels.items()))] += value
@@ -39,12 +49,21 @@ class Metrics:
     def set(self, name: str, value: float, **labels: str) -> None:
         self.values[name][tuple(sorted(labels.items()))] = value
 
-    def render(self) -> str:
-        lines = []
-        for name, (kind, help_text) in HELP.items():
-            lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-            for labels, value in sorted(self.values.get(name, {}).items()):
-                text = ",".join(f'{k}="{v}"' for k, v in labels)
-                shown = int(value) if float(value).is_integer() else value
-                lines.append(f"{name}{{{text}}} {shown}" if text else f"{name} {shown}")
-        return "\n".join(lines) + "\n"
+    def render(self) -> bytes:
+        # prometheus_client loads on the first scrape, not at start: its imports (http.server,
+        # urllib, wsgiref) took 0.07-0.10 s on a busy two-core host, time a restarted daemon
+        # would spend before it can listen and rejoin.
+        from prometheus_client import generate_latest
+
+        from shipyard.prometheus import snapshot_registry
+
+        if self._registry is None:
+            self._registry = snapshot_registry(FAMILIES, self._samples)
+        return generate_latest(self._registry)
+
+    def _samples(self) -> list["Sample"]:
+        return [
+            (name, dict(labels), value)
+            for name, series in list(self.values.items())
+            for labels, value in list(series.items())
+        ]

@@ -222,7 +222,7 @@ class Server:
     async def _metrics(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.ctx.config.idle_timeout)
         self.ctx.metrics.set("shipyard_peer_members_alive", len(self.ctx.membership.alive()))
-        body = self.ctx.metrics.render().encode()
+        body = self.ctx.metrics.render()
         head = (
             "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
             f"Content-Length: {len(body)}\r\n\r\n"
