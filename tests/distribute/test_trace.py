@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shipyard.distribute import pull
 from shipyard.distribute.trace import TransferTrace, hop_summary, read_traces
-from shipyard.errors import InvalidInput
+from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.store import Manifest
 
 from .conftest import free_port
@@ -150,3 +152,60 @@ def test_a_daemon_asked_for_an_unwritable_trace_exits_naming_it(tmp_path: Path) 
     )  # fmt: skip
     assert done.returncode != 0
     assert f"cannot write the trace {bad}" in done.stderr
+
+
+def hops(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "shipyard.cli.main", "peer", "hops", *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_hops_on_a_path_it_cannot_read_says_so_in_one_line(tmp_path: Path) -> None:
+    good = tmp_path / "good.trace"
+    good.write_text(json.dumps(record("g", "origin", 0.0, None, 1.0)) + "\n")
+    assert hops(str(good)).returncode == 0
+    for path, code in {
+        str(tmp_path / "missing.trace"): 4,  # NotFound
+        str(tmp_path): 2,  # a directory: InvalidInput
+        "/proc/self/mem": 6,  # opens, but reading fails (EIO), even for root: StorageError
+    }.items():
+        done = hops(str(good), path)
+        assert done.returncode == code, done.stderr
+        assert done.stderr.count("\n") == 1 and path in done.stderr, done.stderr
+        assert done.stdout == ""
+
+
+RECORD_LIKE = st.fixed_dictionaries(
+    {
+        "peer": st.sampled_from(["a", "b", "c"]),
+        "artifact": st.just("x"),
+        "piece": st.integers(-2, 3),
+        "from": st.sampled_from(["a", "b", "c", "origin"]),
+        "lane": st.integers(0, 1),
+        "requested": st.floats(allow_nan=True, allow_infinity=True),
+        "first_byte": st.none() | st.floats(),
+        "stored": st.floats(-1e308, 1e308),
+    }
+)
+LINE = (
+    st.text(max_size=40)
+    | RECORD_LIKE.map(json.dumps)
+    | st.recursive(st.none() | st.integers() | st.text(max_size=5), st.lists).map(json.dumps)
+    | st.integers(1, 5000).map(lambda depth: "[" * depth + "]" * depth)
+)
+
+
+@pytest.mark.fuzz
+@settings(max_examples=200, deadline=None)
+@given(lines=st.lists(LINE, max_size=8), raw=st.binary(max_size=40), window=st.floats(0, 10))
+def test_any_trace_file_gives_a_summary_or_a_project_error(
+    tmp_path_factory: pytest.TempPathFactory, lines: list[str], raw: bytes, window: float
+) -> None:
+    path = tmp_path_factory.mktemp("fuzz") / "t.trace"
+    path.write_bytes("\n".join(lines).encode() + b"\n" + raw)
+    try:
+        records, _ = read_traces([path])
+        json.dumps(hop_summary(records, since=window))
+    except ShipyardError:
+        pass  # refused by name: the only way out besides a summary

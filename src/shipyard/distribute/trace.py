@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from shipyard.distribute.transfer import ORIGIN
-from shipyard.errors import InvalidInput
+from shipyard.errors import InvalidInput, NotFound, StorageError
 
 MAX_DEPTH = 64  # a chain of sources longer than this is a trace that does not add up
 
@@ -101,26 +101,46 @@ def read_traces(paths: Iterable[str | Path]) -> tuple[list[Record], int]:
     record (another file, or one edited by hand) names its file and line."""
     records, torn = [], 0
     for path in paths:
-        for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        for number, line in enumerate(_read(Path(path)).splitlines(), 1):
             try:
                 record = json.loads(line)
             except ValueError:
                 torn += 1
                 continue
+            except RecursionError:  # JSON nested too deep to be a record
+                record = None
             if not isinstance(record, dict) or not _complete(record):
                 raise InvalidInput(f"{path} line {number}: not a trace record")
             records.append(record)
     return records, torn
 
 
+def _read(path: Path) -> str:
+    """A trace file's text. Trace lines are ASCII JSON, so bytes that are not UTF-8 can only be
+    part of a torn line (or another file): they fail to parse there, not here."""
+    try:
+        return path.read_bytes().decode(errors="replace")
+    except FileNotFoundError:
+        raise NotFound(f"trace {path}: no such file") from None
+    except IsADirectoryError:
+        raise InvalidInput(f"trace {path}: a directory, not a trace file") from None
+    except OSError as exc:
+        raise StorageError(f"trace {path}: cannot be read: {exc.strerror or exc}") from None
+
+
 def _complete(record: Record) -> bool:
-    times = ("requested", "stored")
+    first_byte = record.get("first_byte")
     return (
         all(isinstance(record.get(k), str) for k in ("peer", "artifact", "from"))
         and isinstance(record.get("piece"), int)
-        and all(isinstance(record.get(k), int | float) for k in times)
-        and isinstance(record.get("first_byte"), int | float | None)
+        and all(_seconds(record.get(k)) for k in ("requested", "stored"))
+        and (first_byte is None or _seconds(first_byte))
     )
+
+
+def _seconds(value: object) -> bool:
+    """A wall-clock time: a finite number (JSON's NaN and Infinity parse, but are no time)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def hop_summary(
