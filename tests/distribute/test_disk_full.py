@@ -15,7 +15,10 @@ from shipyard.errors import StorageError
 from shipyard.hashing import sha256_hex
 from shipyard.store import Manifest
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root")
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.skipif(os.geteuid() != 0, reason="mounting a tmpfs needs root"),
+]
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -46,6 +47,13 @@ def lane_to(address: tuple[str, int]) -> Lane:
     return Lane(address, connect_timeout=1.0, idle_timeout=0.5)
 
 
+def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition never became true"
+        time.sleep(0.01)
+
+
 def test_whole_piece_over_a_reused_connection(peer) -> None:  # type: ignore[no-untyped-def]
     lane = lane_to(peer(serve_pieces))
     assert fetch(lane) == body_for("ab" * 32)
@@ -70,10 +78,10 @@ def test_requests_on_a_lane_are_pipelined_and_answered_in_order(peer) -> None:  
     def one(piece_hash: str) -> None:
         got[piece_hash] = fetch(lane, piece_hash=piece_hash)
 
+    # In whatever order the threads send them, each caller reads the reply to its own request.
     threads = [threading.Thread(target=one, args=(h,)) for h in hashes]
     for thread in threads:
         thread.start()
-        time.sleep(0.05)  # requests go out in this order
     for thread in threads:
         thread.join(timeout=5)
     assert got == {h: body_for(h) for h in hashes}
@@ -81,12 +89,14 @@ def test_requests_on_a_lane_are_pipelined_and_answered_in_order(peer) -> None:  
 
 
 def test_aborting_a_request_resets_the_ones_queued_behind_it(peer) -> None:  # type: ignore[no-untyped-def]
+    queued_arrived = threading.Event()
+
     def trickle(conn: socket.socket) -> None:
         with conn:
             read_request(conn)
             conn.sendall(encode({"size": len(BODY)}) + BODY[:10])
             while conn.recv(1 << 16):  # take the queued request, never answer it
-                pass
+                queued_arrived.set()
 
     lane = lane_to(peer(trickle))
     head = PieceCall()
@@ -101,9 +111,9 @@ def test_aborting_a_request_resets_the_ones_queued_behind_it(peer) -> None:  # t
     first = threading.Thread(target=fetch_noting_failure, args=("head", head))
     second = threading.Thread(target=fetch_noting_failure, args=("queued", PieceCall()))
     first.start()
-    time.sleep(0.1)
+    wait_until(lambda: head.active_since is not None)  # the head is reading its reply
     second.start()
-    time.sleep(0.1)
+    assert queued_arrived.wait(10)  # the second request went out behind it
     head.abort()
     first.join(timeout=5)
     second.join(timeout=5)
@@ -118,50 +128,71 @@ def test_a_refused_connection_means_the_peer_is_gone() -> None:
 
 
 def test_a_kept_connection_the_peer_closed_is_retried_fresh(peer) -> None:  # type: ignore[no-untyped-def]
+    closed = threading.Event()
+
     def one_request(conn: socket.socket) -> None:
         with conn:
             request = read_request(conn)
             conn.sendall(encode({"size": len(BODY), "have": request["have"]}) + BODY)
+        closed.set()
 
     lane = lane_to(peer(one_request))
     assert fetch(lane) == BODY
-    time.sleep(0.1)  # the peer has closed the kept connection by now
+    assert closed.wait(10)  # the peer has closed the kept connection
     assert fetch(lane) == BODY
     assert len(ACCEPTED) == 2
 
 
 def test_a_stalled_sender_fails_after_the_idle_timeout(peer) -> None:  # type: ignore[no-untyped-def]
+    done = threading.Event()
+
     def stall(conn: socket.socket) -> None:
-        read_request(conn)
-        conn.sendall(encode({"size": len(BODY)}) + BODY[:1000])
-        time.sleep(3)
-        conn.close()
+        with conn:
+            read_request(conn)
+            conn.sendall(encode({"size": len(BODY)}) + BODY[:1000])
+            done.wait(30)  # sends nothing more, and keeps the connection open, until the end
 
     lane = lane_to(peer(stall))
-    started = time.monotonic()
-    with pytest.raises(PeerUnavailable, match="idle timeout"):
-        fetch(lane)
-    assert time.monotonic() - started < 2.5  # the 0.5 s idle timeout, not the sender's 3 s
+    try:
+        with pytest.raises(PeerUnavailable, match="idle timeout"):
+            fetch(lane)  # were there no idle timeout, this would wait for the connection's end
+    finally:
+        done.set()
 
 
 def test_abort_ends_a_blocked_receive(peer) -> None:  # type: ignore[no-untyped-def]
+    done = threading.Event()
+
     def trickle(conn: socket.socket) -> None:
-        read_request(conn)
-        conn.sendall(encode({"size": len(BODY)}))
-        for _ in range(100):  # a byte every 0.1 s: never idle long enough to time out
-            try:
-                conn.sendall(b"x")
-            except OSError:
-                return
-            time.sleep(0.1)
+        with conn:
+            read_request(conn)
+            conn.sendall(encode({"size": len(BODY)}))
+            # A byte every 0.1 s, never idle long enough to time out, until the test ends.
+            while not done.wait(0.1):
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    return
 
     lane = lane_to(peer(trickle))
     call = PieceCall()
-    threading.Timer(0.5, call.abort).start()
-    started = time.monotonic()
-    with pytest.raises(PeerUnavailable):
-        fetch(lane, call)
-    assert time.monotonic() - started < 3  # not the 10 s the trickle would take
+    failed: list[Exception] = []
+
+    def receive() -> None:
+        try:
+            fetch(lane, call)
+        except PeerUnavailable as exc:
+            failed.append(exc)
+
+    receiver = threading.Thread(target=receive)
+    try:
+        receiver.start()
+        wait_until(lambda: call.active_since is not None)  # blocked receiving the trickle
+        call.abort()
+        receiver.join(timeout=10)
+        assert not receiver.is_alive() and len(failed) == 1  # ended, though the trickle goes on
+    finally:
+        done.set()
 
 
 def test_busy_reply_is_raised_as_busy(peer) -> None:  # type: ignore[no-untyped-def]
@@ -197,10 +228,15 @@ def test_send_piece_writes_header_then_the_whole_file(tmp_path: Path) -> None:
 
 class CountingServer(ThreadingHTTPServer):
     connections = 0
+    closed = 0
 
     def get_request(self):  # type: ignore[no-untyped-def]
         self.connections += 1
         return super().get_request()
+
+    def shutdown_request(self, request):  # type: ignore[no-untyped-def]
+        super().shutdown_request(request)
+        self.closed += 1
 
 
 class KeepAlive(SimpleHTTPRequestHandler):
@@ -223,14 +259,13 @@ def test_http_origin_reuses_kept_alive_connections(tmp_path: Path) -> None:
         assert server.connections == 1
         with pytest.raises(NotFound):
             origin.get("pieces/missing")
-        time.sleep(0.6)  # the server has closed the idle connection: the get retries afresh
-        assert origin.get("pieces/p1") == BODY
+        wait_until(lambda: server.closed == 1)  # the server closed the idle connection
+        assert origin.get("pieces/p1") == BODY  # so the get retries afresh
         assert server.connections == 2
         # A warmed origin connects before its first request, and that request uses it.
         warmed = HttpOrigin(f"http://127.0.0.1:{server.server_address[1]}")
         warmed.warm()
-        time.sleep(0.1)
-        assert server.connections == 3
+        wait_until(lambda: server.connections == 3)
         assert warmed.get("pieces/p1") == BODY
         warmed.warm()  # one is idle already
         assert warmed.get("pieces/p1") == BODY
