@@ -15,10 +15,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
-from prometheus_client.registry import Collector
 
 from shipyard.errors import InvalidInput, ShipyardError
+from shipyard.prometheus import Families, Sample, snapshot_registry
 from shipyard.scheduler.backend import Backend
 from shipyard.scheduler.cluster import ClusterState
 from shipyard.scheduler.config import ClusterConfig
@@ -57,8 +56,7 @@ class Service:
         self.state = ClusterState(self.config.nodes, self.config.teams)
         self.policy = Policy(self.config.policy)
         self.queue = JobQueue(self.config.policy)
-        self.registry = CollectorRegistry()
-        self.registry.register(_Exposition(self))
+        self.registry = snapshot_registry(_FAMILIES, lambda: _samples(self))
         for row in self.store.list("running", "cancelling"):
             # A restarted service cannot adopt processes it did not start: requeue them.
             self.store.update(row["id"], state="queued", message="requeued after restart")
@@ -202,34 +200,30 @@ class Service:
         }
 
 
-class _Exposition(Collector):
-    """Reads the live service at scrape time, so no figure is kept twice."""
+_FAMILIES: Families = {
+    "shipyard_scheduler_free_gpus": ("gauge", "GPUs free on every node"),
+    "shipyard_scheduler_queued_jobs": ("gauge", "jobs waiting in the scheduler's queue"),
+    "shipyard_scheduler_running_jobs": ("gauge", "jobs holding GPUs"),
+    "shipyard_scheduler_passes_total": ("counter", "policy passes run"),
+    "shipyard_scheduler_events_total": ("counter", "scheduling decisions by kind"),
+    "shipyard_scheduler_allocated_gpu_seconds_total": (
+        "counter",
+        "GPU-seconds held from launch to exit, by team and tier",
+    ),
+}
 
-    def __init__(self, service: Service) -> None:
-        self.service = service
 
-    def collect(self) -> Iterator[Metric]:
-        svc = self.service
-        for name, text, value in (
-            ("free_gpus", "GPUs free on every node", sum(svc.state.free)),
-            ("queued_jobs", "jobs waiting in the scheduler's queue", len(svc.queue)),
-            ("running_jobs", "jobs holding GPUs", len(svc.state.running)),
-        ):
-            yield GaugeMetricFamily(f"shipyard_scheduler_{name}", text, value=value)
-        yield CounterMetricFamily(
-            "shipyard_scheduler_passes", "policy passes run", value=svc.passes
+def _samples(svc: Service) -> Iterator[Sample]:
+    """Read from the live service at scrape time, so no figure is kept twice."""
+    yield "shipyard_scheduler_free_gpus", {}, sum(svc.state.free)
+    yield "shipyard_scheduler_queued_jobs", {}, len(svc.queue)
+    yield "shipyard_scheduler_running_jobs", {}, len(svc.state.running)
+    yield "shipyard_scheduler_passes_total", {}, svc.passes
+    for kind, count in sorted(svc.counts.items()):
+        yield "shipyard_scheduler_events_total", {"event": kind}, count
+    for (team, tier), seconds in sorted(svc.charged.items()):
+        yield (
+            "shipyard_scheduler_allocated_gpu_seconds_total",
+            {"team": team, "tier": tier},
+            seconds,
         )
-        events = CounterMetricFamily(
-            "shipyard_scheduler_events", "scheduling decisions by kind", labels=["event"]
-        )
-        for kind, count in sorted(svc.counts.items()):
-            events.add_metric([kind], count)
-        yield events
-        charged = CounterMetricFamily(
-            "shipyard_scheduler_allocated_gpu_seconds",
-            "GPU-seconds held from launch to exit, by team and tier",
-            labels=["team", "tier"],
-        )
-        for (team, tier), seconds in sorted(svc.charged.items()):
-            charged.add_metric([team, tier], seconds)
-        yield charged
