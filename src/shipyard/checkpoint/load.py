@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from shipyard.checkpoint.flatten import unflatten
-from shipyard.checkpoint.manifest import CheckpointManifest, Committed
+from shipyard.checkpoint.manifest import CheckpointManifest, Committed, shard_path
 from shipyard.checkpoint.plan import Piece
 from shipyard.checkpoint.rng import restore_rng
 from shipyard.checkpoint.safetensors_io import read_safetensors
@@ -39,16 +39,24 @@ class Loaded:
         restore_rng(states[rank] if rank < len(states) else states[0])
 
 
-def assemble(
-    manifest: CheckpointManifest,
-    batches: Iterable[tuple[list[Piece], Mapping[str, torch.Tensor]]],
-) -> Loaded:
-    """Fill every tensor from `batches` of (pieces, their data by `Piece.key`)."""
+Batch = tuple[str, list[Piece], Mapping[str, torch.Tensor]]  # (source, its pieces, their data)
+
+
+def assemble(manifest: CheckpointManifest, batches: Iterable[Batch]) -> Loaded:
+    """Fill every tensor from `batches` of (source, pieces, their data by `Piece.key`)."""
     flat = {m.path: torch.empty(m.numel, dtype=m.dtype) for m in manifest.tensors}
     filled = 0
-    for pieces, data in batches:
+    for source, pieces, data in batches:
         for piece in pieces:
-            flat[piece.path][piece.start : piece.stop].copy_(data[piece.key])
+            target = flat[piece.path][piece.start : piece.stop]
+            found = data.get(piece.key)
+            # The manifest was validated, but the shard is only as good as its recorded hash.
+            if found is None or found.dtype != target.dtype or found.shape != target.shape:
+                raise IntegrityError(
+                    f"{source}: piece {piece.key!r} is missing or not {target.dtype} "
+                    f"of {target.numel()} elements, as the manifest of step {manifest.step} says"
+                )
+            target.copy_(found)
             filled += 1
     if filled != len(manifest.pieces):
         raise IntegrityError(f"checkpoint of step {manifest.step}: some pieces are missing")
@@ -60,9 +68,10 @@ def load_committed(checkpoint: Committed) -> Loaded:
     """Load `checkpoint` from storage, one shard at a time, verifying each shard's SHA-256."""
     manifest = checkpoint.manifest
 
-    def batches() -> Iterable[tuple[list[Piece], Mapping[str, torch.Tensor]]]:
+    def batches() -> Iterable[Batch]:
         for shard in manifest.shards:
-            tensors = read_safetensors(checkpoint.path / shard.file, shard.digest)
-            yield [p for p in manifest.pieces if p.rank == shard.rank], tensors
+            path = shard_path(checkpoint.path, shard.file)
+            tensors = read_safetensors(path, shard.digest)
+            yield str(path), [p for p in manifest.pieces if p.rank == shard.rank], tensors
 
     return assemble(manifest, batches())

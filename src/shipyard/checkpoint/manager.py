@@ -199,7 +199,7 @@ class CheckpointManager:
         manifest_json, failure = self._broadcast(outcome)
         if failure or manifest_json is None:
             raise StorageError(f"checkpoint of step {job.step} was not committed: {failure}")
-        manifest = CheckpointManifest.from_json(manifest_json, str(directory))
+        manifest = CheckpointManifest.from_json(manifest_json, str(directory / MANIFEST))
         self._committed_slot = slot
         if self.peer is not None:
             self.peer.hold(job.step, MANIFEST_OWNER, [memoryview(manifest_json)])

@@ -19,10 +19,9 @@ from typing import Any
 
 import torch
 
-from shipyard.checkpoint.load import Loaded, assemble
+from shipyard.checkpoint.load import Batch, Loaded, assemble
 from shipyard.checkpoint.manifest import CheckpointManifest
-from shipyard.checkpoint.plan import Piece
-from shipyard.errors import NotFound, StorageError
+from shipyard.errors import IntegrityError, NotFound, StorageError
 
 MANIFEST_OWNER = -1
 _Blob = Sequence[memoryview]
@@ -160,15 +159,19 @@ def restore_from_peers(addresses: Sequence[str], step: int | None = None) -> Loa
 
     dtypes = {m.path: m.dtype for m in manifest.tensors}
 
-    def batch(owner: int) -> tuple[list[Piece], dict[str, torch.Tensor]]:
+    def batch(owner: int) -> Batch:
         ring = [addresses[owner % len(addresses)], addresses[(owner + 1) % len(addresses)]]
         blob = _fetch(ring if world == len(addresses) else addresses, step, owner)
         pieces = [p for p in manifest.pieces if p.rank == owner]
+        source = f"peer snapshot of rank {owner}, step {step}"
+        expected = sum((p.stop - p.start) * dtypes[p.path].itemsize for p in pieces)
+        if len(blob) != expected:
+            raise IntegrityError(f"{source}: {len(blob)} bytes, the manifest says {expected}")
         data, at = {}, 0
         for p in pieces:  # the blob is the owner's pieces back to back, in manifest order
             count = p.stop - p.start
             data[p.key] = torch.frombuffer(blob, dtype=dtypes[p.path], count=count, offset=at)
             at += count * dtypes[p.path].itemsize
-        return pieces, data
+        return source, pieces, data
 
     return assemble(manifest, (batch(owner) for owner in range(world)))

@@ -1,11 +1,14 @@
 """Random-number-generator states (Python, NumPy, torch) as JSON, to save and restore exactly."""
 
 import base64
+import binascii
 import random
 from typing import Any
 
 import numpy as np
 import torch
+
+from shipyard.errors import InvalidInput
 
 
 def capture_rng() -> dict[str, Any]:
@@ -22,13 +25,25 @@ def capture_rng() -> dict[str, Any]:
 
 
 def restore_rng(state: dict[str, Any]) -> None:
-    version, internal, gauss = state["python"]
-    random.setstate((version, tuple(internal), gauss))
-    kind, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
-    torch.set_rng_state(_unb64(state["torch"]))
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all([_unb64(s) for s in state["cuda"]])
+    """Set every RNG from `state`; InvalidInput (and no RNG changed) if it is not one we wrote."""
+    try:
+        version, internal, gauss = state["python"]
+        kind, keys, pos, has_gauss, cached = state["numpy"]
+        python = (version, tuple(internal), gauss)
+        numpy = (kind, np.array(keys, dtype=np.uint32), pos, has_gauss, cached)
+        torch_state = _unb64(state["torch"])
+        cuda = [_unb64(s) for s in state["cuda"]] if "cuda" in state else None
+        # Applied to scratch generators first: a state that does not fit raises here, untouched.
+        random.Random().setstate(python)
+        np.random.RandomState().set_state(numpy)
+        torch.Generator().set_state(torch_state)
+    except (LookupError, TypeError, ValueError, OverflowError, RuntimeError, binascii.Error) as exc:
+        raise InvalidInput(f"a checkpoint's RNG state is malformed ({exc!r})") from None
+    random.setstate(python)
+    np.random.set_state(numpy)
+    torch.set_rng_state(torch_state)
+    if cuda is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(cuda)
 
 
 def _b64(tensor: torch.Tensor) -> str:

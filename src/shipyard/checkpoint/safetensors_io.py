@@ -15,7 +15,7 @@ import safetensors.torch
 import torch
 
 from shipyard.durable import write_chunks_atomic
-from shipyard.errors import IntegrityError, NotFound
+from shipyard.errors import IntegrityError, NotFound, StorageError
 
 _DTYPES = {
     torch.float64: "F64",
@@ -34,6 +34,9 @@ _DTYPES = {
     torch.uint32: "U32",
     torch.uint64: "U64",
 }
+# The dtypes a checkpoint may hold, by the name its manifest gives them ("float32"): a manifest
+# names one of these or is refused, never an arbitrary torch attribute.
+DTYPE_NAMES = {str(dtype).removeprefix("torch."): dtype for dtype in _DTYPES}
 
 
 @dataclass(frozen=True)
@@ -81,9 +84,14 @@ def read_safetensors(path: Path, expect: FileDigest) -> dict[str, torch.Tensor]:
         data = path.read_bytes()
     except FileNotFoundError:
         raise NotFound(f"checkpoint shard {path} is missing") from None
+    except OSError as exc:
+        raise StorageError(f"cannot read checkpoint shard {path}: {exc.strerror}") from None
     if len(data) != expect.size or hashlib.sha256(data).hexdigest() != expect.sha256:
         raise IntegrityError(
             f"checkpoint shard {path} is corrupt: its size or SHA-256 does not match the manifest"
         )
-    loaded: dict[str, torch.Tensor] = safetensors.torch.load(data)
+    try:
+        loaded: dict[str, torch.Tensor] = safetensors.torch.load(data)
+    except safetensors.SafetensorError as exc:  # the manifest vouched for bytes that do not parse
+        raise IntegrityError(f"checkpoint shard {path} is not a safetensors file: {exc}") from None
     return loaded

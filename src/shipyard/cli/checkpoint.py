@@ -5,6 +5,7 @@ not at start-up: other commands stay fast.
 """
 
 import argparse
+import sys
 from pathlib import Path
 
 
@@ -28,30 +29,56 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def _ls(args: argparse.Namespace) -> int:
-    from shipyard.checkpoint import committed
+    from shipyard.checkpoint.manifest import read_committed
+    from shipyard.errors import IntegrityError, InvalidInput, NotFound
 
-    for found in committed(args.root):
-        manifest = found.manifest
+    listed = 0
+    for step, directory in _step_dirs(args.root):
+        try:
+            manifest = read_committed(directory).manifest
+        except NotFound:
+            continue  # no manifest: a save that never committed
+        except (InvalidInput, IntegrityError) as exc:
+            print(f"step {step}: refused: {exc}", file=sys.stderr)
+            continue
         size = sum(s.digest.size for s in manifest.shards)
         print(f"step {manifest.step:>10}  ranks {manifest.world_size:>3}  {size / 1e6:10.1f} MB")
+        listed += 1
+    if not listed:
+        print(f"no committed checkpoint under {args.root}", file=sys.stderr)
     return 0
 
 
 def _verify(args: argparse.Namespace) -> int:
-    from shipyard.checkpoint import latest_committed, load_committed
-    from shipyard.checkpoint.manifest import open_committed, step_dir
+    from shipyard.checkpoint import load_committed
+    from shipyard.checkpoint.manifest import read_committed, step_dir
     from shipyard.errors import NotFound
 
-    found = (
-        latest_committed(args.root)
-        if args.step is None
-        else open_committed(step_dir(args.root, args.step))
-    )
-    if found is None:
-        raise NotFound(f"no committed checkpoint {args.step or ''} under {args.root}")
+    if args.step is not None:
+        found = read_committed(step_dir(args.root, args.step))
+    else:  # the newest directory with a manifest: a refused one is reported, not skipped over
+        for _, directory in reversed(_step_dirs(args.root)):
+            try:
+                found = read_committed(directory)
+                break
+            except NotFound:
+                continue
+        else:
+            raise NotFound(f"no committed checkpoint under {args.root}")
     load_committed(found)  # raises IntegrityError naming the bad shard
     print(f"step {found.step}: {len(found.manifest.shards)} shards match their SHA-256")
     return 0
+
+
+def _step_dirs(root: Path) -> list[tuple[int, Path]]:
+    from shipyard.checkpoint.manifest import step_dirs
+    from shipyard.errors import InvalidInput, NotFound
+
+    if not root.exists():
+        raise NotFound(f"checkpoint directory {root} does not exist")
+    if not root.is_dir():
+        raise InvalidInput(f"{root} is not a directory of checkpoints")
+    return step_dirs(root)
 
 
 def _inspect(args: argparse.Namespace) -> int:
