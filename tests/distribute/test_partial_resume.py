@@ -95,7 +95,7 @@ def test_kept_bytes_spoilt_on_disk_are_dropped_and_nobody_is_blamed(
 
 @pytest.mark.parametrize(
     ("offset", "why"),
-    [(BIG, "offset 8388608 is past"), (-1, "is not a byte count"), ("12", "is not a byte count")],
+    [(BIG, "offset 8388608 is past"), (-1, "not an integer in 0-"), ("12", "not an integer in 0-")],
 )
 def test_a_daemon_refuses_an_offset_outside_the_piece(
     cluster: Any, tmp_path: Path, offset: object, why: str

@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 # Before numpy loads: the daemon does no linear algebra, and numpy's BLAS would otherwise start a
@@ -13,6 +14,10 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 from shipyard.distribute.config import DaemonConfig, parse_address
 from shipyard.distribute.daemon import run_daemon
+
+SWARM_KEY_HELP = (
+    "a file (mode 600) holding the swarm's shared secret: messages without its MAC are refused"
+)
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -50,10 +55,19 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     serve.add_argument(
         "--trace", metavar="FILE", help="append a line to FILE for each piece stored (see hops)"
     )
+    serve.add_argument(
+        "--max-connections",
+        type=int,
+        default=DaemonConfig.max_connections,
+        metavar="N",
+        help="connections open at once; idle ones make room for new (default: %(default)s)",
+    )
+    serve.add_argument("--swarm-key-file", metavar="FILE", help=SWARM_KEY_HELP)
     serve.set_defaults(func=_serve)
     status = commands.add_parser("status", help="what a daemon holds and is fetching")
     status.add_argument("--peer", required=True, metavar="HOST:PORT", help="the daemon to ask")
     status.add_argument("--json", action="store_true", help="print the daemon's reply as JSON")
+    status.add_argument("--swarm-key-file", metavar="FILE", help="the daemon's swarm key")
     status.set_defaults(func=_status)
     hops = commands.add_parser("hops", help="how pieces spread, from the daemons' --trace files")
     hops.add_argument("traces", nargs="+", metavar="TRACE", help="trace files of one swarm")
@@ -83,6 +97,8 @@ def _serve(args: argparse.Namespace) -> int:
         upload_limit_bps=args.upload_limit_mbit * 125_000 if args.upload_limit_mbit else None,
         congestion_control=None if args.congestion_control == "kernel" else args.congestion_control,
         trace=args.trace,
+        max_connections=args.max_connections,
+        swarm_key_file=args.swarm_key_file,
     )
     run_daemon(
         config, ready=lambda: print(f"peer {config.me} listening", file=sys.stderr, flush=True)
@@ -92,8 +108,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from shipyard.distribute.client import daemon_status  # `serve` never loads the pull client
+    from shipyard.distribute.swarm_key import SwarmKey
 
-    reply = daemon_status(parse_address(args.peer, "--peer"))
+    key = SwarmKey.load(Path(args.swarm_key_file)) if args.swarm_key_file else None
+    reply = daemon_status(parse_address(args.peer, "--peer"), key)
     print(json.dumps(reply, indent=2) if args.json else render_status(reply))
     return 0
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from shipyard.cli.progress import held_progress, stderr
 from shipyard.distribute.client import pull
 from shipyard.distribute.config import parse_address
+from shipyard.distribute.swarm_key import SwarmKey
 from shipyard.errors import InvalidInput
 from shipyard.workspace import Workspace
 
@@ -23,6 +24,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         metavar="SECONDS",
         help="give up after this many seconds without progress (default 120)",
     )
+    get.add_argument("--swarm-key-file", type=Path, metavar="FILE", help="the daemon's swarm key")
     get.set_defaults(func=_pull)
 
 
@@ -48,6 +50,7 @@ def _pull(args: argparse.Namespace) -> int:
             tensors=args.tensors,
             progress=progress,
             stall_timeout=args.stall_timeout,
+            key=SwarmKey.load(args.swarm_key_file) if args.swarm_key_file else None,
         )
     stderr().print(
         f"pulled {result.pieces} pieces ({result.wanted_bytes:,} bytes): "

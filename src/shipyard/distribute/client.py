@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from shipyard.distribute.config import Address, format_address
+from shipyard.distribute.swarm_key import SwarmKey
 from shipyard.distribute.tensors import covering, header_end, is_safetensors, select_pieces
 from shipyard.distribute.wire import Header, PeerUnavailable, request
 from shipyard.errors import IntegrityError, InvalidInput, StorageError
@@ -41,30 +42,39 @@ def pull(
     tensors: str | None = None,
     progress: Progress | None = None,
     stall_timeout: float = 120.0,
+    key: SwarmKey | None = None,
 ) -> PullResult:
     """Fetch `artifact` through the daemon at `daemon`; raise if it makes no progress for
-    `stall_timeout` seconds. With `tensors`, fetch only the pieces that pattern needs."""
+    `stall_timeout` seconds. With `tensors`, fetch only the pieces that pattern needs. `key`:
+    the swarm's key, when the daemon has one."""
     if dest is not None and dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise InvalidInput(f"destination {dest} exists and is not an empty directory")
-    puller = _Puller(daemon, artifact, progress, stall_timeout)
+    puller = _Puller(daemon, artifact, progress, stall_timeout, key)
     return asyncio.run(puller.run(dest, tensors))
 
 
-def daemon_status(daemon: Address) -> Header:
+def daemon_status(daemon: Address, key: SwarmKey | None = None) -> Header:
     """What the daemon at `daemon` holds and is fetching: its address as peers know it, the
     live members it sees, and per artifact the `status` fields (see `Holding.status`)."""
-    reply, _ = asyncio.run(request(daemon, {"op": "status"}, CONNECT_TIMEOUT, REPLY_TIMEOUT))
+    status = request(daemon, {"op": "status"}, CONNECT_TIMEOUT, REPLY_TIMEOUT, key=key)
+    reply, _ = asyncio.run(status)
     return reply
 
 
 class _Puller:
     def __init__(
-        self, daemon: Address, artifact: str, progress: Progress | None, stall_timeout: float
+        self,
+        daemon: Address,
+        artifact: str,
+        progress: Progress | None,
+        stall_timeout: float,
+        key: SwarmKey | None,
     ) -> None:
         self.daemon = daemon
         self.artifact = artifact
         self.progress = progress
         self.stall_timeout = stall_timeout
+        self.key = key
         self._asked: list[str] | None = []  # every piece asked for so far; None: all of them
         self._boot: object = None  # the daemon's start token when it was last asked
 
@@ -87,7 +97,7 @@ class _Puller:
         )
 
     async def _call(self, header: Header) -> tuple[Header, bytes | None]:
-        return await request(self.daemon, header, CONNECT_TIMEOUT, REPLY_TIMEOUT)
+        return await request(self.daemon, header, CONNECT_TIMEOUT, REPLY_TIMEOUT, key=self.key)
 
     async def _fetch(self, pieces: list[str] | None) -> Manifest:
         reply, body = await self._call({"op": "fetch", "artifact": self.artifact, "pieces": pieces})

@@ -67,6 +67,10 @@ class DaemonConfig:
     # shares it evenly between them, where BBR (v1) starved some of them for many seconds.
     congestion_control: str | None = "cubic"
     trace: str | None = None  # a file to append a line to for each piece stored (see `trace`)
+    # Connections open at once, from peers and clients together (see `limits`): each peer keeps
+    # a few to each other it talks to, and idle ones make room for new ones beyond this.
+    max_connections: int = 256
+    swarm_key_file: str | None = None  # a shared secret that refuses strangers (`swarm_key`)
 
     def __post_init__(self) -> None:
         if self.listen[0] in ("0.0.0.0", "::", "") and self.advertise is None:
@@ -92,6 +96,7 @@ class DaemonConfig:
             "upload_slots": self.upload_slots,
             "origin_replicas": self.origin_replicas,
             "mesh_degree": self.mesh_degree,
+            "max_connections": self.max_connections,
         }
         for name, count in counts.items():
             if count < 1:

@@ -13,6 +13,7 @@ from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.metrics import Metrics
 from shipyard.distribute.origin import Origin
+from shipyard.distribute.swarm_key import SwarmKey
 from shipyard.distribute.trace import TransferTrace
 from shipyard.distribute.transfer import Lanes
 from shipyard.distribute.wire import Pool
@@ -41,12 +42,13 @@ class Context:
     transfers: ThreadPoolExecutor = field(init=False)  # piece downloads, hashing and writes
     partials: Partials = field(init=False)  # where downloads put the bytes as they come
     trace: TransferTrace | None = None  # where each stored piece came from, when asked for
+    key: SwarmKey | None = None  # signs and checks every message, in a swarm with a key
 
     def __post_init__(self) -> None:
         self.array_rng = np.random.default_rng(self.rng.getrandbits(64))
         self.partials = Partials(self.store)
         self.pool = Pool(self.config.per_peer_inflight + 1)
-        self.lanes = Lanes(self.config.connect_timeout, self.config.idle_timeout)
+        self.lanes = Lanes(self.config.connect_timeout, self.config.idle_timeout, self.key)
         # A thread per open request (peers, twice as many while catching up, and origin) and
         # per upload slot (those kept for downstream peers too), plus room to store finished
         # pieces, so a blocked transfer never delays writing a completed one.

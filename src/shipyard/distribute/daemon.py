@@ -19,8 +19,10 @@ from shipyard.distribute.context import Context
 from shipyard.distribute.holding import Holding
 from shipyard.distribute.known_members import KnownMembers
 from shipyard.distribute.membership import Membership
+from shipyard.distribute.messages import check_view
 from shipyard.distribute.origin import open_origin
 from shipyard.distribute.server import Server, use_congestion_control
+from shipyard.distribute.swarm_key import SwarmKey
 from shipyard.distribute.trace import TransferTrace
 from shipyard.distribute.wants import Wanted, WantLog
 from shipyard.distribute.wire import Header, PeerGone, PeerUnavailable, request
@@ -53,6 +55,7 @@ class PeerDaemon:
             ),
             origin=open_origin(config.origin) if config.origin else None,
             trace=TransferTrace(config.trace, config.me) if config.trace else None,
+            key=SwarmKey.load(Path(config.swarm_key_file)) if config.swarm_key_file else None,
         )
         self.holdings: dict[str, Holding] = {}
         self.wants = WantLog(self.ctx.store.backend)
@@ -195,6 +198,7 @@ class PeerDaemon:
                     cfg.connect_timeout,
                     cfg.idle_timeout,
                     self.ctx.pool,
+                    self.ctx.key,
                 )
             except PeerUnavailable:
                 continue
@@ -277,10 +281,9 @@ class PeerDaemon:
         return {"ok": True}
 
     async def _on_gossip(self, header: Header) -> dict[str, Any]:
-        view, sender = header.get("view"), header.get("from")
-        if isinstance(view, dict):
-            self._merge(view)
-        return {"view": self.ctx.membership.view(to=sender if isinstance(sender, str) else None)}
+        """A gossip request, its fields already checked (`messages.check_request`)."""
+        self._merge(header["view"])
+        return {"view": self.ctx.membership.view(to=header.get("from"))}
 
     # Gossip
 
@@ -326,14 +329,15 @@ class PeerDaemon:
                 cfg.connect_timeout,
                 cfg.idle_timeout,
                 self.ctx.pool,
+                self.ctx.key,
             )
+            view = check_view(reply.get("view"), f"gossip reply from {member}: view")
         except PeerGone:
             self.ctx.membership.fail(member)
             return
         except (PeerUnavailable, InvalidInput):
             return  # maybe a busy link: the member's heartbeat tells whether it lives
-        if isinstance(reply.get("view"), dict):
-            self._merge(reply["view"])
+        self._merge(view)
 
     def _merge(self, view: dict[str, Any]) -> None:
         """Fold a gossiped view in. A fetch with nothing in flight (a daemon just restarted, which

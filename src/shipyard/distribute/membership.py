@@ -19,6 +19,11 @@ per member rather than by a have-map per member. A record that arrives without b
 bits already known: pieces, once verified on a member's disk, stay there. Relay parents tell
 their children of new pieces directly, and every piece request and reply carries both sides'
 bits, so the scheduler does not depend on gossip for fresh piece news.
+
+Gossip is believed only within bounds (a view's fields are checked in `messages` first): at most
+`MAX_MEMBERS` records are kept, news of more is dropped until some are forgotten; a view names at
+most `messages.VIEW_MEMBERS` members, a sample of them in a larger swarm; a heartbeat more than
+`MAX_AHEAD_MS` past this host's clock is no clock's, and is ignored, of others and of itself.
 """
 
 import base64
@@ -29,7 +34,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from shipyard.distribute.messages import MAX_ARTIFACTS, VIEW_MEMBERS
+
 FORGET_AFTER = 60.0
+MAX_MEMBERS = 4 * VIEW_MEMBERS
+MAX_AHEAD_MS = 24 * 3600 * 1000  # a day: more clock skew than any host keeps and still works
 
 
 @dataclass(frozen=True)
@@ -127,15 +136,19 @@ class Membership:
         """Fold a gossiped view in; malformed entries are skipped, not trusted. Most entries
         repeat news already heard, so the heartbeat is compared before anything is decoded."""
         now = self.clock()
+        latest = self.wall_ms() + MAX_AHEAD_MS
         for member, raw in view.items():
             if member == self.me:
                 with contextlib.suppress(ValueError, TypeError, IndexError, KeyError):
-                    self._outrank = max(self._outrank, int(raw[0]))
+                    if int(raw[0]) <= latest:
+                        self._outrank = max(self._outrank, int(raw[0]))
                 continue
             if not isinstance(member, str):
                 continue
+            if member not in self.records and len(self.records) >= MAX_MEMBERS:
+                continue
             try:
-                if int(raw[0]) <= self._floor.get(member, -1):
+                if not self._floor.get(member, -1) < int(raw[0]) <= latest:
                     continue
                 previous = self.records.get(member)
                 record = decode_record(raw, previous)
@@ -150,14 +163,17 @@ class Membership:
             self._failed.pop(member, None)
 
     def note_have(self, member: str, artifact: str, encoded: Any) -> None:
-        """Fold in a have-map `member` sent directly; a malformed one is ignored."""
-        if member == self.me or encoded is None:
+        """Fold in a have-map `member` sent directly; a malformed one is ignored, and so is one
+        from a member gossip has not brought yet (anyone can claim a name in a request)."""
+        if member == self.me or encoded is None or member not in self.records:
             return
         try:
             bits = decode_bits(encoded)
         except (ValueError, TypeError):
             return
         known = self._direct.setdefault(member, {})
+        if artifact not in known and len(known) >= MAX_ARTIFACTS:
+            return
         merged = known.get(artifact, 0) | bits
         if merged != known.get(artifact):
             known[artifact] = merged
@@ -202,6 +218,8 @@ class Membership:
         it is not among them: the highest heartbeat seen from it, which it must beat above."""
         self._forget()
         alive = self.alive()
+        if len(alive) > VIEW_MEMBERS - 2:  # room for this peer and the one it answers
+            alive = self._rng.sample(alive, VIEW_MEMBERS - 2)
         with_bits = set(self._rng.sample(alive, min(self.haves_per_view, len(alive))))
         with_bits.add(self.me)
         members = [self.me, *alive] if self.me in self._encoded else alive  # before the first beat
@@ -241,4 +259,5 @@ class Membership:
                 self._direct.pop(member, None)
                 self._heard.pop(member, None)
                 self._failed.pop(member, None)
+                self._floor.pop(member, None)  # none gossips it any more: its news is old
                 self.version += 1

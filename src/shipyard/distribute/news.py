@@ -47,7 +47,12 @@ class HaveNews:
                 with contextlib.suppress(ShipyardError):
                     address, notice = parse_address(peer), self._notice()
                     await request(
-                        address, notice, cfg.connect_timeout, cfg.idle_timeout, self._ctx.pool
+                        address,
+                        notice,
+                        cfg.connect_timeout,
+                        cfg.idle_timeout,
+                        self._ctx.pool,
+                        self._ctx.key,
                     )
                 if not self._stale[peer]:
                     return

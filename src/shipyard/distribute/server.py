@@ -2,11 +2,16 @@
 and `GET /metrics`. Pieces go out with zero-copy `sendfile` from the local store when it is a
 directory, from a transfer thread (see `transfer`), or from the event loop when an upload rate
 limit shared by all connections paces them.
+
+Nothing a connection sends escapes its handler: a refused frame is answered with why and the
+connection closed; anything else unexpected is logged in one line, the connection closed, and the
+daemon serves on (see `limits` for what a connection may cost).
 """
 
 import asyncio
 import contextlib
 import os
+import re
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -14,15 +19,18 @@ from typing import Any
 
 from shipyard.distribute.catch_up import downstream_upload_slots
 from shipyard.distribute.context import Context
+from shipyard.distribute.limits import KEEPALIVE, Admission, HeaderBudget, Refusals, reason
 from shipyard.distribute.membership import encode_bits
+from shipyard.distribute.messages import check_request
+from shipyard.distribute.swarm_key import SwarmKeyRefused
 from shipyard.distribute.transfer import send_piece
-from shipyard.distribute.wire import HTTP_PREFIX, Header, PeerBusy, encode, read_header
+from shipyard.distribute.wire import HTTP_PREFIX, Header, PeerBusy, decode, encode, frame_length
 from shipyard.errors import InvalidInput, NotFound, ShipyardError
 from shipyard.store import LocalBackend
 from shipyard.store.pieces import manifest_key, piece_key
 
 _SLICE = 256 << 10
-KEEPALIVE = 20.0  # seconds an idle connection stays open for its next request
+_METRICS_LINE = re.compile(rb"GET /metrics(\?[!-~]*)? HTTP/1\.[01]")
 
 Handler = Callable[[Header, asyncio.StreamWriter], Awaitable[None]]
 
@@ -69,49 +77,85 @@ class Server:
         self.ctx = ctx
         self.ops = ops
         self.held = held
-        # Labels for the served-requests counter: a peer's made-up op must not grow the metrics.
-        self.known = {"piece", "manifest", *ops}
         limit = ctx.config.upload_limit_bps
         self.throttle = Throttle(limit) if limit else None
         self.uploads = {True: 0, False: 0}  # open, by whether for a downstream peer
-        self.connections: set[asyncio.Task[None]] = set()
+        self.key = ctx.key
+        self.admission = Admission(ctx.config.max_connections)
+        self.budget = HeaderBudget()
+        self.refusals = Refusals(ctx.config.me, ctx.metrics)
 
     async def close(self) -> None:
         """Cancel the handlers of open (kept-alive) connections."""
-        for task in list(self.connections):
+        for task in list(self.admission.open):
             task.cancel()
-        await asyncio.gather(*self.connections, return_exceptions=True)
+        await asyncio.gather(*self.admission.open, return_exceptions=True)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        timeout = self.ctx.config.idle_timeout
         task = asyncio.current_task()
         assert task is not None
-        self.connections.add(task)
+        source = _source(writer)
+        if not self.admission.admit(task):
+            busy = PeerBusy(f"all {self.admission.cap} connections are in use")
+            self._refuse(writer, busy, source, "connections")
+            writer.close()
+            return
         try:
             while True:  # requests in turn until the peer hangs up or idles out
+                self.admission.idle(task, True)  # may be closed for a newcomer meanwhile
                 async with asyncio.timeout(KEEPALIVE):
                     first = await reader.readexactly(4)
+                self.admission.idle(task, False)
                 if first == HTTP_PREFIX:
-                    await self._metrics(reader, writer)
+                    await self._metrics(reader, writer, source)
                     return
-                header = await read_header(reader, timeout, first)
-                await self._dispatch(header, writer)
-                async with asyncio.timeout(timeout):
+                header = await self._read_request(reader, first)
+                await self._dispatch(header, writer, source)
+                async with asyncio.timeout(self.ctx.config.idle_timeout):
                     await writer.drain()
-        except (OSError, TimeoutError, asyncio.IncompleteReadError, ValueError, ShipyardError):
+        except (OSError, TimeoutError, asyncio.IncompleteReadError):
             pass  # the requester sees a closed connection and tries elsewhere
         except asyncio.CancelledError:
-            # The daemon is stopping. Ending the handler normally, rather than as a cancelled
-            # task, keeps asyncio's stream callback (Python 3.11) from logging a traceback.
+            # The daemon is stopping, or the connection made room for another. Ending the
+            # handler normally, rather than as a cancelled task, keeps asyncio's stream
+            # callback (Python 3.11) from logging a traceback.
             pass
+        except ShipyardError as exc:  # a frame refused: the connection may be out of step
+            self._refuse(writer, exc, source, reason(exc))
+        except Exception as exc:  # a bug: named in one line, and the daemon serves on
+            self.refusals.note("error", source, f"{type(exc).__name__}: {exc}")
         finally:
-            self.connections.discard(task)
+            self.admission.leave(task)
             writer.close()
 
-    async def _dispatch(self, header: Header, writer: asyncio.StreamWriter) -> None:
-        op = str(header.get("op"))
-        served = op if op in self.known else "other"
-        self.ctx.metrics.inc("shipyard_peer_requests_served_total", op=served)
+    async def _read_request(self, reader: asyncio.StreamReader, first: bytes) -> Header:
+        """The next request's header, read whole within the idle timeout and within the budget
+        for headers in flight, and (in a swarm with a key) only once it is signed."""
+        length = frame_length(first)
+        with self.budget.reserve(length):
+            async with asyncio.timeout(self.ctx.config.idle_timeout):
+                data = await reader.readexactly(length)
+        return decode(data, self.key)
+
+    def _refuse(
+        self, writer: asyncio.StreamWriter, exc: ShipyardError, source: str, why: str
+    ) -> None:
+        """Count and log a refusal, and tell the requester why. A requester without the swarm's
+        key could not read a signed answer, so that one goes unsigned."""
+        self.refusals.note(why, source, str(exc))
+        key = None if isinstance(exc, SwarmKeyRefused) else self.key
+        with contextlib.suppress(OSError):
+            writer.write(encode({"error": str(exc), "kind": type(exc).__name__}, key))
+
+    async def _dispatch(self, header: Header, writer: asyncio.StreamWriter, source: str) -> None:
+        try:
+            op = check_request(header)
+        except InvalidInput as exc:
+            self.ctx.metrics.inc("shipyard_peer_requests_served_total", op="other")
+            self._refuse(writer, exc, source, "malformed")
+            return
+        self.ctx.metrics.inc("shipyard_peer_requests_served_total", op=op)
+        key = self.key
         try:
             if op == "piece":
                 # A few upload slots, like BitTorrent's unchoke slots: a full peer says so at
@@ -130,27 +174,21 @@ class Server:
                     self.uploads[relay] -= 1
             elif op == "manifest":
                 data = await asyncio.to_thread(
-                    self.ctx.store.backend.get, manifest_key(str(header["id"]))
+                    self.ctx.store.backend.get, manifest_key(header["id"])
                 )
-                writer.write(encode({"size": len(data)}) + data)
-            elif op in self.ops:
+                writer.write(encode({"size": len(data)}, key) + data)
+            else:
                 reply = await self.ops[op](header)
                 body = reply.pop("body", b"")
-                writer.write(encode(reply | ({"size": len(body)} if body else {})) + body)
-            else:
-                writer.write(encode({"error": f"unknown op {op!r}"}))
+                writer.write(encode(reply | ({"size": len(body)} if body else {}), key) + body)
         except ShipyardError as exc:
-            writer.write(encode({"error": str(exc), "kind": type(exc).__name__}))
-        except (KeyError, TypeError, ValueError) as exc:
-            writer.write(encode({"error": f"malformed {op} request: {exc!r}"}))
+            writer.write(encode({"error": str(exc), "kind": type(exc).__name__}, key))
 
     async def _piece(self, request: Header, writer: asyncio.StreamWriter) -> None:
         """Send the piece's bytes from the request's `offset` (0 when absent): the reply's
         `size` counts only those, and `offset` says where they start."""
-        piece_hash = str(request["hash"])
-        offset = request.get("offset", 0)
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise InvalidInput(f"piece offset {offset!r} is not a byte count")
+        piece_hash: str = request["hash"]
+        offset: int = request.get("offset", 0)
         artifact, requester = request.get("artifact"), request.get("from")
         reply: Header = {}
         if isinstance(artifact, str):
@@ -166,7 +204,7 @@ class Server:
         if not isinstance(backend, LocalBackend):
             data = await asyncio.to_thread(self.ctx.store.get_piece, piece_hash)
             _check_offset(offset, len(data), piece_hash)
-            writer.write(encode(reply | {"size": len(data) - offset}))
+            writer.write(encode(reply | {"size": len(data) - offset}, self.key))
             await self._send_bytes(memoryview(data)[offset:], writer)
             self.ctx.metrics.inc("shipyard_peer_bytes_sent_total", len(data) - offset)
             return
@@ -177,7 +215,7 @@ class Server:
         with handle:
             end = os.fstat(handle.fileno()).st_size
             _check_offset(offset, end, piece_hash)
-            header = encode(reply | {"size": end - offset})
+            header = encode(reply | {"size": end - offset}, self.key)
             if self.throttle is None and writer.transport.get_write_buffer_size() == 0:
                 await self._send_on_thread(writer, header, handle.fileno(), (offset, end))
             else:  # paced, or earlier replies still queued in the transport: stay in the loop
@@ -219,16 +257,40 @@ class Server:
             writer.write(chunk)
             await writer.drain()
 
-    async def _metrics(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.ctx.config.idle_timeout)
+    async def _metrics(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, source: str
+    ) -> None:
+        """Answer `GET /metrics` whose head (within the stream's 64 KiB limit) arrives whole
+        within the idle timeout; refuse anything else with its HTTP status."""
+        try:
+            async with asyncio.timeout(self.ctx.config.idle_timeout):
+                head = HTTP_PREFIX + await reader.readuntil(b"\r\n\r\n")
+        except asyncio.LimitOverrunError:
+            self.refusals.note("http", source, "HTTP request head over 64 KiB")
+            writer.write(_http("431 Request Header Fields Too Large", b"request head too large\n"))
+            return
+        if not _METRICS_LINE.fullmatch(head.split(b"\r\n", 1)[0]):
+            self.refusals.note("http", source, f"HTTP request {head[:60]!r} is not GET /metrics")
+            writer.write(_http("404 Not Found", b"only GET /metrics is served here\n"))
+            return
         self.ctx.metrics.set("shipyard_peer_members_alive", len(self.ctx.membership.alive()))
-        body = self.ctx.metrics.render()
-        head = (
-            "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
-        )
-        writer.write(head.encode() + body)
-        await writer.drain()
+        writer.write(_http("200 OK", self.ctx.metrics.render(), "text/plain; version=0.0.4"))
+        async with asyncio.timeout(self.ctx.config.idle_timeout):
+            await writer.drain()
+
+
+def _http(status: str, body: bytes, content_type: str = "text/plain") -> bytes:
+    head = (
+        f"HTTP/1.0 {status}\r\nContent-Type: {content_type}\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+def _source(writer: asyncio.StreamWriter) -> str:
+    """Who is at the other end, for the log."""
+    peer = writer.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else "a peer"
 
 
 def _check_offset(offset: int, size: int, piece_hash: str) -> None:

@@ -17,7 +17,6 @@ daemon is stopping) by shutting its socket down, which ends a blocked receive at
 """
 
 import asyncio
-import json
 import os
 import select
 import socket
@@ -29,14 +28,18 @@ from dataclasses import dataclass
 
 from shipyard.distribute.config import Address
 from shipyard.distribute.membership import encode_bits
+from shipyard.distribute.swarm_key import SwarmKey
 from shipyard.distribute.wire import (
-    MAX_HEADER,
     Header,
     PeerGone,
     PeerUnavailable,
+    body_size,
     check_reply,
+    decode,
     encode,
+    frame_length,
 )
+from shipyard.errors import InvalidInput
 from shipyard.store.partial import CHUNK, PieceSink, SinkError
 
 ORIGIN = "origin"  # a transfer's source when it is the origin, not a peer (and so in traces)
@@ -124,10 +127,17 @@ class Lane:
     while idle (its keep-alive ran out) is retried once on a fresh one.
     """
 
-    def __init__(self, address: Address, connect_timeout: float, idle_timeout: float) -> None:
+    def __init__(
+        self,
+        address: Address,
+        connect_timeout: float,
+        idle_timeout: float,
+        key: SwarmKey | None = None,
+    ) -> None:
         self.where = f"{address[0]}:{address[1]}"
         self._address = address
         self._timeouts = connect_timeout, idle_timeout
+        self._key = key
         self._turn = threading.Condition()
         self._sock: socket.socket | None = None
         self._sent = 0  # requests sent on the current connection
@@ -145,7 +155,7 @@ class Lane:
                 if attempt == 0 and may_be_stale and not call.aborted and not sink.received:
                     continue  # the peer had closed the idle connection: once more, fresh
                 raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
-            except (OSError, ValueError) as exc:
+            except (OSError, ValueError, InvalidInput) as exc:
                 raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
             check_reply(reply, self.where)
             return reply
@@ -168,7 +178,7 @@ class Lane:
                     self._sent = self._read = 0
                 sock, ticket = self._sock, self._sent
                 try:
-                    sock.sendall(encode(request))  # a few hundred bytes: it never waits long
+                    sock.sendall(encode(request, self._key))  # small: it never waits long
                 except OSError as exc:
                     self._reset(sock)
                     if may_be_stale:
@@ -197,7 +207,7 @@ class Lane:
                 raise LaneReset(f"peer {self.where}: an earlier request on the connection failed")
         try:
             call.attach(sock)
-            reply, refused = _receive_reply(sock, sink, self.where)
+            reply, refused = _receive_reply(sock, sink, self.where, self._key)
         except BaseException:
             with self._turn:
                 self._reset(sock)
@@ -222,8 +232,11 @@ class Lanes:
     """The lanes to each peer, made on first use: one, or a second for a peer that is catching
     up (see `catch_up`)."""
 
-    def __init__(self, connect_timeout: float, idle_timeout: float) -> None:
+    def __init__(
+        self, connect_timeout: float, idle_timeout: float, key: SwarmKey | None = None
+    ) -> None:
         self._timeouts = connect_timeout, idle_timeout
+        self._key = key
         self._lanes: dict[tuple[Address, int], Lane] = {}
         self._lock = threading.Lock()
 
@@ -231,7 +244,7 @@ class Lanes:
         with self._lock:
             lane = self._lanes.get((address, index))
             if lane is None:
-                lane = self._lanes[address, index] = Lane(address, *self._timeouts)
+                lane = self._lanes[address, index] = Lane(address, *self._timeouts, self._key)
             return lane
 
     def close(self) -> None:
@@ -250,23 +263,19 @@ def _connect(address: Address, connect_timeout: float, idle_timeout: float) -> s
 
 
 def _receive_reply(
-    sock: socket.socket, sink: PieceSink, where: str
+    sock: socket.socket, sink: PieceSink, where: str, key: SwarmKey | None
 ) -> tuple[Header, SinkError | None]:
     """Read a `piece` reply: its header, then its bytes into `sink`, and whether the sink
     refused them (see `_receive_into`). An error reply has no bytes."""
-    (length,) = struct.unpack(">I", _receive(sock, 4))
-    if length > MAX_HEADER:
-        raise ValueError(f"peer header of {length} bytes exceeds {MAX_HEADER}")
-    reply = json.loads(_receive(sock, length))
-    if not isinstance(reply, dict):
-        raise ValueError("peer header is not a JSON object")
+    reply = decode(bytes(_receive(sock, frame_length(bytes(_receive(sock, 4))))), key)
     if reply.get("error"):
         return reply, None
-    if reply.get("size") is None:
+    size = body_size(reply)
+    if size is None:
         raise PeerUnavailable(f"peer {where} sent no bytes for a piece")
     if reply.get("offset", 0) != sink.kept:
         sink.restart()  # a sender that does not resume pieces sends this one whole
-    return reply, _receive_into(sock, int(reply["size"]), sink)
+    return reply, _receive_into(sock, size, sink)
 
 
 def _receive(sock: socket.socket, size: int) -> bytearray:
