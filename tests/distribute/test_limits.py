@@ -79,7 +79,7 @@ def test_silent_connections_past_the_cap_make_room_for_requests(cluster: Any) ->
     for _ in range(5):
         assert_serving(peer)
     wait_until(lambda: sum(closed_by_peer(s) for s in silent) >= 100 - 16, what="silent closed")
-    assert open_fds(peer.proc.pid) <= fds + 16
+    assert open_fds(peer.proc.pid) <= fds + 16 + 8  # some slack for files the daemon opens
     for sock in silent:
         sock.close()
 
