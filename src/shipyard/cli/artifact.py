@@ -17,7 +17,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     commands = artifact.add_subparsers(dest="artifact_command", required=True, metavar="COMMAND")
 
     put = commands.add_parser("put", help="store a file or directory; prints the artifact id last")
-    put.add_argument("path", type=Path)
+    put.add_argument("path", type=Path, help="the file or directory to store")
     put.add_argument("--kind", required=True, help="dataset, model, checkpoint, tokenizer, ...")
     put.add_argument("--name", help="alias to point at the new artifact")
     put.add_argument(
@@ -27,29 +27,29 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         metavar="REF",
         help="an artifact this one was derived from (repeatable)",
     )
-    put.add_argument("--piece-size-mib", type=int, default=16)
+    put.add_argument("--piece-size-mib", type=int, default=16, help="piece size (default 16)")
     put.add_argument("--metadata", type=json.loads, default={}, help="a JSON object")
     put.set_defaults(func=_put)
 
     get = commands.add_parser("get", help="materialize and verify an artifact into DEST")
     get.add_argument("ref", help="artifact id, unique id prefix or alias")
-    get.add_argument("dest", type=Path)
+    get.add_argument("dest", type=Path, help="absent or empty directory to write into")
     get.set_defaults(func=_get)
 
     ls = commands.add_parser("ls", help="list artifacts")
-    ls.add_argument("--kind")
+    ls.add_argument("--kind", help="only artifacts of this kind")
     ls.set_defaults(func=_ls)
 
     show = commands.add_parser("show", help="print an artifact's record and manifest")
-    show.add_argument("ref")
+    show.add_argument("ref", help="artifact id, unique id prefix or alias")
     show.set_defaults(func=_show)
 
     check = commands.add_parser("verify", help="re-hash every stored piece of an artifact")
-    check.add_argument("ref")
+    check.add_argument("ref", help="artifact id, unique id prefix or alias")
     check.set_defaults(func=_verify)
 
     gc = subparsers.add_parser("gc", help="delete pieces that no manifest references")
-    gc.add_argument("--dry-run", action="store_true")
+    gc.add_argument("--dry-run", action="store_true", help="only report what would go")
     gc.set_defaults(func=_gc)
 
 
