@@ -13,7 +13,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     commands = alias.add_subparsers(dest="alias_command", required=True, metavar="COMMAND")
 
     move = commands.add_parser("set", help="point NAME at an artifact (compare-and-swap)")
-    move.add_argument("name")
+    move.add_argument("name", help="the alias to move")
     move.add_argument("ref", help="artifact id, unique prefix or alias")
     move.add_argument(
         "--expect",
@@ -23,14 +23,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     move.set_defaults(func=_set)
 
     history = commands.add_parser("history", help="every move of NAME, oldest first")
-    history.add_argument("name")
+    history.add_argument("name", help="the alias")
     history.set_defaults(func=_history)
 
     ls = commands.add_parser("ls", help="list aliases")
     ls.set_defaults(func=_ls)
 
     lineage = subparsers.add_parser("lineage", help="what produced an artifact, or what it fed")
-    lineage.add_argument("ref")
+    lineage.add_argument("ref", help="artifact id, unique id prefix or alias")
     direction = lineage.add_mutually_exclusive_group()
     direction.add_argument(
         "--up",
