@@ -24,7 +24,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     peer = subparsers.add_parser("peer", help="run the peer-to-peer distribution daemon")
     commands = peer.add_subparsers(dest="peer_command", required=True, metavar="COMMAND")
     serve = commands.add_parser("serve", help="serve and fetch artifacts with other peers")
-    serve.add_argument("--listen", required=True, metavar="HOST:PORT")
+    serve.add_argument("--listen", required=True, metavar="HOST:PORT", help="address to listen on")
     serve.add_argument(
         "--advertise", metavar="HOST:PORT", help="address peers dial (default: --listen)"
     )
