@@ -13,20 +13,20 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     train = subparsers.add_parser("train", help="run and inspect fault-tolerant training runs")
     commands = train.add_subparsers(dest="train_command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="start a run from a TOML/JSON config and drive it")
-    run.add_argument("config", type=Path)
+    run.add_argument("config", type=Path, help="the run config, TOML or JSON (docs/train.md)")
     run.add_argument("--nprocs", type=int, required=True, help="ranks (data-parallel world size)")
     run.add_argument("--chaos", type=float, metavar="MTBF_S", help="inject random faults")
     run.add_argument("--alias", help="move this alias to the model artifact on success")
     run.set_defaults(func=_run)
     attach = commands.add_parser("attach", help="re-attach a controller to a run (after a crash)")
-    attach.add_argument("run")
+    attach.add_argument("run", help="run id")
     attach.set_defaults(func=_attach)
     for name, helptext, func in (
         ("status", "a run's state, step, failures and goodput", _status),
         ("report", "goodput breakdown, Young/Daly interval, failures, hangs, stragglers", _report),
     ):
         sub = commands.add_parser(name, help=helptext)
-        sub.add_argument("run")
+        sub.add_argument("run", help="run id")
         sub.add_argument("--json", action="store_true", help="print the whole thing as JSON")
         sub.set_defaults(func=func)
 
