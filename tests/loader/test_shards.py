@@ -97,5 +97,5 @@ def test_offsets_out_of_order_rejected(tmp_path: Path) -> None:
     # Offsets 0, 3, 4, 6: make the second one 5, past the third.
     raw[HEADER_SIZE + 8 : HEADER_SIZE + 16] = (5).to_bytes(8, "little")
     index.write_bytes(bytes(raw))
-    with pytest.raises(IntegrityError, match="offsets do not start at 0 and rise"):
+    with pytest.raises(InvalidInput, match=r"s\.idx: document offsets must start at 0, never fall"):
         TokenShard(tmp_path / "s")

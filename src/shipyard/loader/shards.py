@@ -25,7 +25,7 @@ import numpy as np
 import numpy.typing as npt
 
 from shipyard.durable import fsync_dir, temp_path, write_atomic, write_fd
-from shipyard.errors import IntegrityError, InvalidInput, NotFound
+from shipyard.errors import IntegrityError, InvalidInput, NotFound, StorageError
 
 TOKEN_SHARD_VERSION = 1
 MAGIC = b"SHYTOKS\x00"
@@ -149,6 +149,61 @@ class TokenShardWriter:
             self.abort()
 
 
+@dataclass(frozen=True)
+class _Index:
+    vocab_size: int
+    dtype: np.dtype[Any]
+    num_tokens: int
+    sha256: str
+    offsets: npt.NDArray[np.uint64]
+
+
+def _read_index(path: Path) -> _Index:
+    """The `.idx` at `path`, every field checked: InvalidInput naming the file if one is wrong.
+
+    The header is checked before the offsets are read, so a forged count cannot make the reader
+    allocate more than the file holds; the offsets are checked because the loader copies
+    documents by address.
+    """
+    try:
+        with open(path, "rb") as file:
+            size = os.fstat(file.fileno()).st_size
+            head = file.read(HEADER_SIZE)
+            if len(head) < HEADER_SIZE or head[:8] != MAGIC:
+                raise InvalidInput(f"{path} is not a Shipyard token-shard index")
+            _, version, itemsize, vocab, docs, tokens, digest = _HEADER.unpack(head)
+            if version != TOKEN_SHARD_VERSION:
+                raise InvalidInput(
+                    f"{path}: token-shard format version {version} is not supported "
+                    f"(this reader knows version {TOKEN_SHARD_VERSION})"
+                )
+            if not 1 <= vocab <= 2**32:
+                raise InvalidInput(f"{path}: vocab_size {vocab} is outside [1, 2**32]")
+            dtype = token_dtype(vocab)
+            if itemsize != dtype.itemsize:
+                raise InvalidInput(
+                    f"{path}: {itemsize} bytes per token, but ids of a {vocab}-id vocabulary "
+                    f"take {dtype.itemsize}"
+                )
+            expected = HEADER_SIZE + 8 * (docs + 1)
+            if size != expected:
+                raise InvalidInput(
+                    f"{path}: {size} bytes, but an index of {docs} documents has {expected}"
+                )
+            raw = file.read(expected - HEADER_SIZE)
+    except OSError as exc:
+        raise StorageError(f"cannot read token-shard index {path}: {exc.strerror}") from None
+    if len(raw) != 8 * (docs + 1):
+        raise InvalidInput(f"{path} changed while it was read")
+    offsets: npt.NDArray[np.uint64] = np.frombuffer(raw, "<u8")
+    if int(offsets[0]) != 0 or bool(np.any(offsets[1:] < offsets[:-1])) or offsets[-1] != tokens:
+        raise InvalidInput(
+            f"{path}: document offsets must start at 0, never fall and end at the "
+            f"num_tokens of its header ({tokens})"
+        )
+    return _Index(vocab, dtype, tokens, digest.hex(), offsets)
+
+
 class TokenShard:
     """A committed shard, memory-mapped read-only: `tokens` and `offsets` are numpy views."""
 
@@ -158,33 +213,21 @@ class TokenShard:
         tok_path = self.stem.with_name(self.stem.name + TOKENS_SUFFIX)
         if not idx_path.is_file():
             raise NotFound(f"no committed token shard at {self.stem} ({idx_path.name} missing)")
-        raw = idx_path.read_bytes()
-        if len(raw) < HEADER_SIZE or raw[:8] != MAGIC:
-            raise InvalidInput(f"{idx_path} is not a Shipyard token-shard index")
-        _, version, itemsize, vocab, docs, tokens, digest = _HEADER.unpack_from(raw)
-        if version != TOKEN_SHARD_VERSION:
-            raise InvalidInput(
-                f"{idx_path}: token-shard format version {version} is not supported "
-                f"(this reader knows version {TOKEN_SHARD_VERSION})"
-            )
-        self.vocab_size: int = vocab
-        self.dtype = token_dtype(vocab)
-        if itemsize != self.dtype.itemsize or len(raw) != HEADER_SIZE + 8 * (docs + 1):
-            raise IntegrityError(f"{idx_path}: header does not match the index size or dtype")
-        self.sha256: str = digest.hex()
-        self.offsets: npt.NDArray[np.uint64] = np.frombuffer(raw, "<u8", docs + 1, HEADER_SIZE)
-        # The loader copies documents by address, trusting these bounds: check them once here.
-        if int(self.offsets[0]) != 0 or bool(np.any(self.offsets[1:] < self.offsets[:-1])):
-            raise IntegrityError(f"{idx_path}: document offsets do not start at 0 and rise")
+        index = _read_index(idx_path)
+        self.vocab_size: int = index.vocab_size
+        self.dtype = index.dtype
+        self.sha256: str = index.sha256
+        self.offsets = index.offsets
+        expected = index.num_tokens * self.dtype.itemsize
         size = tok_path.stat().st_size if tok_path.is_file() else -1
-        if size != tokens * itemsize or int(self.offsets[-1]) != tokens:
+        if size != expected:
             raise IntegrityError(
-                f"{tok_path}: expected {tokens * itemsize} bytes for {tokens} tokens, found "
+                f"{tok_path}: expected {expected} bytes for {index.num_tokens} tokens, found "
                 f"{max(size, 0)}"
             )
         self.tokens: npt.NDArray[Any] = (
             np.memmap(tok_path, dtype=self.dtype, mode="r").view(np.ndarray)
-            if tokens
+            if index.num_tokens
             else np.zeros(0, self.dtype)
         )
 
