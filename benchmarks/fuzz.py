@@ -19,6 +19,7 @@ import functools
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -151,12 +152,23 @@ class Target:
     failures: dict[str, int] = field(default_factory=dict)  # exception → the seed that found it
 
 
+@dataclass
+class Round:
+    """What one pytest process reported."""
+
+    ends: list[dict[str, Any]]  # one end event per test
+    wall_s: float
+    exit_code: int
+    uncollected: set[str]  # test files pytest could not import
+
+
 def run_round(
     tests: list[str], plan: dict[str, int], default: int, per_test_s: float, seed: int, work: Path
-) -> tuple[list[dict[str, Any]], float, int]:
-    """One pytest process over the `fuzz` tests: its end events, wall seconds, exit code.
-    A test that runs past `per_test_s` fails (pytest-timeout) and the round goes on; a round
-    that pytest-timeout cannot stop is killed, and the test it was in ends as a hang."""
+) -> Round:
+    """One pytest process over the `fuzz` tests. A file that does not import is reported, not
+    fatal: the other tests still run. A test that runs past `per_test_s` fails (pytest-timeout)
+    and the round goes on; a round that pytest-timeout cannot stop is killed, and the test it was
+    in ends as a hang."""
     timeout = 120 + per_test_s * max(len(plan), 1) * 2
     plan_file, events = work / "plan.json", work / "events.jsonl"
     plan_file.write_text(json.dumps({"examples": plan, "default": default}))
@@ -181,6 +193,7 @@ def run_round(
         "fuzz",
         "-p",
         "no:cacheprovider",
+        "--continue-on-collection-errors",
         "-m",
         "fuzz",
         "--hypothesis-profile=fuzz",
@@ -219,7 +232,8 @@ def run_round(
         )
     if proc.returncode not in (0, 1) and not ends:  # 1: tests failed; else pytest itself did
         print(output, file=sys.stderr)
-    return ends, wall, proc.returncode if proc.returncode is not None else -9
+    uncollected = set(re.findall(r"ERROR collecting (\S+)", output))
+    return Round(ends, wall, -9 if proc.returncode is None else proc.returncode, uncollected)
 
 
 def plan_round(targets: dict[str, Target], seconds: float) -> dict[str, int]:
@@ -231,8 +245,11 @@ def plan_round(targets: dict[str, Target], seconds: float) -> dict[str, int]:
     }
 
 
-def fuzz(tests: list[str], seconds: float) -> tuple[dict[str, Target], float]:
+def fuzz(tests: list[str], seconds: float) -> tuple[dict[str, Target], float, set[str]]:
+    """Rounds until `seconds` have passed: each test's findings, the seconds taken, and the test
+    files that did not import."""
     targets: dict[str, Target] = {}
+    uncollected: set[str] = set()
     started = time.monotonic()
     deadline = started + seconds
     plan: dict[str, int] = {}
@@ -249,9 +266,13 @@ def fuzz(tests: list[str], seconds: float) -> tuple[dict[str, Target], float]:
             # a test runs past its share only when it hangs or its first runs misled the plan
             per_test_s = 60 + (3 * length / len(targets) if targets else seconds)
             seed = random.getrandbits(64)
-            ends, wall, code = run_round(tests, plan, default, per_test_s, seed, Path(tmp))
+            result = run_round(tests, plan, default, per_test_s, seed, Path(tmp))
+            ends, wall = result.ends, result.wall_s
+            uncollected |= result.uncollected
             if not ends:
-                raise SystemExit(f"fuzz: pytest found no `fuzz` tests in {tests} (exit {code})")
+                raise SystemExit(
+                    f"fuzz: pytest ran no `fuzz` tests in {tests} (exit {result.exit_code})"
+                )
             for end in ends:
                 target = targets.setdefault(end["test"], Target())
                 target.runs += end["runs"] or 0
@@ -271,7 +292,7 @@ def fuzz(tests: list[str], seconds: float) -> tuple[dict[str, Target], float]:
             )
             rounds.append(seed)
             default = 1  # a test that appears after the first round runs one example
-    return targets, time.monotonic() - started
+    return targets, time.monotonic() - started, uncollected
 
 
 def main() -> int:
@@ -281,7 +302,7 @@ def main() -> int:
         "--tests", nargs="+", default=["tests"], help="where pytest looks for `fuzz` tests"
     )
     args = parser.parse_args()
-    targets, elapsed = fuzz(args.tests, args.seconds)
+    targets, elapsed, uncollected = fuzz(args.tests, args.seconds)
     width = max(len(test) for test in targets)
     for test, target in sorted(targets.items()):
         print(
@@ -291,6 +312,8 @@ def main() -> int:
         )
         for failure, seed in sorted(target.failures.items()):
             print(f"    {failure}  (pytest --hypothesis-seed={seed} {test})")
+    for path in sorted(uncollected):
+        print(f"not fuzzed: {path} does not import (pytest {path})")
     uncaught = sum(len(target.failures) for target in targets.values())
     runs = sum(target.runs for target in targets.values())
     print(

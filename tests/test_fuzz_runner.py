@@ -71,11 +71,13 @@ def report(out: str, test: str) -> tuple[int, int, int]:
 
 def test_an_escaped_exception_fails_the_run(targets: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (targets / "test_planted.py").write_text(PLANTED)
+    (targets / "test_broken.py").write_text("import no_such_module\n")
     code, out = fuzz(targets, 6, monkeypatch)
     assert code == 1
     last = out.splitlines()[-1]
     assert re.fullmatch(r"fuzz: 1 uncaught exceptions in \d+ s over 2 targets \(goal: 0\)", last)
     assert "test_not_fuzz" not in out
+    assert re.search(r"^not fuzzed: \S*test_broken.py does not import", out, re.M)
     assert report(out, "test_planted")[2] == 1
     assert "    ValueError: planted  (pytest --hypothesis-seed=" in out
     runs, rounds, uncaught = report(out, "test_sound")
