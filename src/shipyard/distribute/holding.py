@@ -37,6 +37,7 @@ from shipyard.distribute.picker import (
     upstream_picks,
 )
 from shipyard.distribute.relay import RelayPlan
+from shipyard.distribute.sources import Sources
 from shipyard.distribute.transfer import ORIGIN, LaneReset, PieceCall, Transfer, piece_request
 from shipyard.distribute.wire import Header, PeerBusy, PeerGone
 from shipyard.errors import IntegrityError, ShipyardError
@@ -63,6 +64,7 @@ class Holding:
     wanted: set[int] = field(default_factory=set)
     full: bool = False
     bytes_from: dict[str, int] = field(default_factory=lambda: {"peer": 0, "origin": 0})
+    sources: Sources = field(default_factory=Sources)  # pieces and bytes per peer and origin
     inflight: dict[int, list[Transfer]] = field(default_factory=dict)
     origin_after: float = 0.0
     presume_all_until: float = 0.0  # until then every live member counts as wanting it all
@@ -160,6 +162,7 @@ class Holding:
             "missing_pieces": len(self.missing()),
             "bytes_from_peers": self.bytes_from["peer"],
             "bytes_from_origin": self.bytes_from["origin"],
+            "sources": self.sources.report(),
             "store_error": self.store_error,
             "origin_error": self._origin_retries.last_error,
         }
@@ -399,6 +402,7 @@ class Holding:
             self._news.tell(self._relay[1].downstream)
         kind = "origin" if source == ORIGIN else "peer"
         self.bytes_from[kind] += nbytes
+        self.sources.add(source, nbytes)
         self.ctx.metrics.inc("shipyard_peer_bytes_received_total", nbytes, source=kind)
         self.ctx.metrics.inc("shipyard_peer_pieces_received_total", source=kind)
         self._update_gauges()
