@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from shipyard.train import RunTable
-from shipyard.train.ranks import pid_alive
+from shipyard.train import RunTable, create_run
+from shipyard.train.procid import ProcessId
 
 from ..conftest import run_cli
 from .conftest import events, make_config, train
@@ -40,7 +40,7 @@ def test_controller_reattaches_after_its_own_restart(home: Path, token_data: Pat
         first.send_signal(signal.SIGKILL)  # the controller dies; its ranks train on
         first.wait()
         pids = table.get(run_id).rank_pids
-        assert all(pid_alive(pid) for pid in pids)
+        assert all(ProcessId.from_record(r).alive() for r in pids)
 
         done = run_cli("train", "attach", run_id, timeout=180)
         assert done.returncode == 0, done.stdout + done.stderr
@@ -71,7 +71,35 @@ def test_failure_budget_stops_the_run_with_the_reason(home: Path, token_data: Pa
     finally:
         table.close()
     assert "2 failures within" in run.reason and "max_failures 1" in run.reason
-    assert all(not pid_alive(pid) for pid in run.rank_pids)
+    assert all(not ProcessId.from_record(r).alive() for r in run.rank_pids)
+
+
+def test_attach_never_signals_a_pid_now_held_by_another_process(home: Path, token_data: Path):
+    """The saved ranks are gone and their pids reused: attach restarts and kills no bystander."""
+    run_id = create_run(make_config(token_data, train={"steps": 10}), 2)
+    sleeper = [sys.executable, "-c", "import time; time.sleep(600)"]
+    bystanders = [subprocess.Popen(sleeper) for _ in range(2)]
+    table = RunTable()
+    try:
+        run = table.get(run_id)
+        started = ProcessId.of(bystanders[0].pid).start
+        # Rank 0's pid went to a process that started later than the rank did; rank 1's record
+        # predates start times (a bare pid), so it cannot be told from a stranger either.
+        run.rank_pids = [[bystanders[0].pid, started - 1], bystanders[1].pid]  # type: ignore[list-item]
+        run.state = "running"
+        table.save(run)
+
+        done = run_cli("train", "attach", run_id, timeout=180)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert [p.poll() for p in bystanders] == [None, None]  # neither was signalled
+        assert [e.detail["alive"] for e in table.events(run_id, "attach")] == [[False, False]]
+        run = table.get(run_id)
+        assert run.state == "succeeded" and len(table.events(run_id, "launch")) == 1  # relaunched
+    finally:
+        table.close()
+        for proc in bystanders:
+            proc.kill()
+            proc.wait()
 
 
 def test_unknown_run_and_bad_config_are_clear_errors(home: Path, tmp_path):

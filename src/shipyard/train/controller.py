@@ -23,6 +23,7 @@ from shipyard.train.faults import HANG_SIGNAL, SIGNALS
 from shipyard.train.goodput import Ledger
 from shipyard.train.heartbeat import Beat, Receiver
 from shipyard.train.metrics import MetricsServer, Sample
+from shipyard.train.procid import ProcessId
 from shipyard.train.ranks import RankProcess, SparePool, free_port, launch
 from shipyard.train.report import metric_samples, mtbf
 from shipyard.train.runs import finish_catalog_run, register_model
@@ -324,7 +325,7 @@ class Controller:
         )
         ranks = launch(self.pool, job)
         self.attempt = Attempt(self.run.attempt, ranks)
-        self.run.rank_pids = [r.pid for r in ranks]
+        self.run.rank_pids = [r.ident.to_record() for r in ranks]
         self.hang.reset(time.time())
         self.stragglers.reset()
         self.table.event(
@@ -342,7 +343,9 @@ class Controller:
         """Re-attach to the ranks a previous controller left running; False if they are gone."""
         if self.run.state not in ("starting", "running", "restarting") or not self.run.rank_pids:
             return False
-        ranks = [RankProcess(pid) for pid in self.run.rank_pids]
+        # A rank that is not the very process launched (pid reused, or a record without its
+        # start time) counts as gone, and is never signalled.
+        ranks = [RankProcess(ProcessId.from_record(r)) for r in self.run.rank_pids]
         alive = [r.exit_code() is None for r in ranks]
         finished = self._committed() >= self.cfg.train.steps
         self.table.event(self.run.run_id, "attach", pids=self.run.rank_pids, alive=alive)

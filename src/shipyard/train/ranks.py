@@ -2,11 +2,10 @@
 
 A spare is `python -m shipyard.train.worker` started ahead of time: it imports torch and the
 trainer, then waits for its assignment on stdin, so a restart skips the interpreter and import
-cost. A controller that re-attaches after its own restart adopts the ranks by pid; it cannot
-read their exit codes, so it relies on their `done` beats and on /proc.
+cost. A controller that re-attaches after its own restart adopts the ranks by pid and start time
+(`procid`); it cannot read their exit codes, so it relies on their `done` beats and on /proc.
 """
 
-import contextlib
 import dataclasses
 import itertools
 import os
@@ -16,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shipyard.train.procid import ProcessId
 from shipyard.train.worker import Assignment
 
 _counter = itertools.count()
@@ -48,34 +48,33 @@ def spawn_worker(log_dir: Path) -> subprocess.Popen[bytes]:
 
 
 class RankProcess:
-    """One rank: a child we started (exit code known) or an adopted pid (liveness only)."""
+    """One rank: a child we started (exit code known) or an adopted process (liveness only).
 
-    def __init__(self, pid: int, proc: subprocess.Popen[bytes] | None = None) -> None:
-        self.pid = pid
+    Either way it is named by pid and start time (`ProcessId`): a signal never reaches a process
+    that got the pid after the rank exited.
+    """
+
+    def __init__(self, ident: ProcessId, proc: subprocess.Popen[bytes] | None = None) -> None:
+        self.ident = ident
         self.proc = proc
+
+    @property
+    def pid(self) -> int:
+        return self.ident.pid
 
     def exit_code(self) -> int | None:
         """None while alive; the exit code (or -1 if adopted and unknown) once gone."""
         if self.proc is not None:
             return self.proc.poll()
-        return None if pid_alive(self.pid) else -1
+        return None if self.ident.alive() else -1
 
     def signal(self, sig: int) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(self.pid, sig)
+        self.ident.signal(sig)
 
     def kill(self) -> None:
         self.signal(signal.SIGKILL)
         if self.proc is not None:
             self.proc.wait()
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return status.rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # zombies are gone too
 
 
 class SparePool:
@@ -120,7 +119,7 @@ def assign(proc: subprocess.Popen[bytes], job: Assignment) -> RankProcess:
     proc.stdin.write((job.to_json() + "\n").encode())
     proc.stdin.flush()
     proc.stdin.close()
-    return RankProcess(proc.pid, proc)
+    return RankProcess(ProcessId.of(proc.pid), proc)  # read before the child can be reaped
 
 
 def launch(pool: SparePool, job: Assignment) -> list[RankProcess]:

@@ -1,9 +1,10 @@
 """The run's desired and observed state, in the catalog's SQLite database (tables of our own).
 
 `train_runs` holds one row per run: its state-machine state, config, world size, attempt, latest
-committed checkpoint step, skip windows, learning-rate scale, the live ranks' pids, the heartbeat
-port and the goodput ledger, so a restarted controller re-attaches from it. `train_events` is the
-run's log (failures, hangs with their stacks, stragglers, rollbacks, chaos, restarts).
+committed checkpoint step, skip windows, learning-rate scale, the live ranks' pids and start
+times, the heartbeat port and the goodput ledger, so a restarted controller re-attaches from it.
+`train_events` is the run's log (failures, hangs with their stacks, stragglers, rollbacks, chaos,
+restarts).
 """
 
 import json
@@ -73,7 +74,7 @@ class TrainRun:
     step: int = 0
     skips: list[list[int]] = field(default_factory=list)
     lr_scale: float = 1.0
-    rank_pids: list[int] = field(default_factory=list)
+    rank_pids: list[list[int]] = field(default_factory=list)  # [pid, start time] (train/procid)
     heartbeat_port: int = 0
     controller_pid: int = 0
     ledger: dict[str, Any] = field(default_factory=dict)
