@@ -24,6 +24,7 @@ from shipyard.checkpoint.manifest import CheckpointManifest
 from shipyard.errors import IntegrityError, NotFound, StorageError
 
 MANIFEST_OWNER = -1
+MAX_HEADER_BYTES = 1 << 16  # requests and replies are a few small fields
 _Blob = Sequence[memoryview]
 
 
@@ -47,9 +48,18 @@ def _recv_exact(sock: socket.socket, size: int) -> bytearray:
 
 
 def _recv(sock: socket.socket) -> tuple[dict[str, Any], bytearray]:
+    """One message; ValueError if its header is not one this protocol sends."""
     length = int.from_bytes(_recv_exact(sock, 8), "little")
-    header: dict[str, Any] = json.loads(_recv_exact(sock, length))
-    return header, _recv_exact(sock, int(header["size"]))
+    if length > MAX_HEADER_BYTES:
+        raise ValueError(f"a peer header of {length} bytes (at most {MAX_HEADER_BYTES})")
+    try:
+        header = json.loads(_recv_exact(sock, length))
+    except RecursionError:
+        raise ValueError("a peer header nested too deeply") from None
+    size = header.get("size") if isinstance(header, dict) else None
+    if type(size) is not int or size < 0:
+        raise ValueError("a peer header without a valid size")
+    return header, _recv_exact(sock, size)
 
 
 class PeerMemory:
@@ -105,8 +115,8 @@ class PeerMemory:
                     with self._lock:
                         held = self._held.get(key)
                     _send(conn, {"ok": held is not None}, held or ())
-            except (OSError, ValueError, KeyError):
-                return  # a peer that went away mid-request; nothing to clean up
+            except (OSError, ValueError, KeyError, TypeError, OverflowError, MemoryError):
+                return  # a peer that went away mid-request, or sent garbage; nothing to clean up
 
 
 def _request(
@@ -130,7 +140,7 @@ def _fetch(addresses: Sequence[str], step: int, owner: int) -> bytearray:
     for address in addresses:
         try:
             reply, payload = _request(address, {"op": "get", "step": step, "owner": owner})
-        except OSError:
+        except (OSError, ValueError):  # gone, or not speaking this protocol
             continue
         if reply.get("ok"):
             return payload
@@ -146,9 +156,11 @@ def restore_from_peers(addresses: Sequence[str], step: int | None = None) -> Loa
         held: list[int] = []
         for address in addresses:
             try:
-                held += _request(address, {"op": "steps"})[0]["steps"]
-            except OSError:
+                steps = _request(address, {"op": "steps"})[0].get("steps")
+            except (OSError, ValueError):  # gone, or not speaking this protocol
                 continue
+            if isinstance(steps, list):
+                held += [s for s in steps if type(s) is int and s >= 0]
         if not held:
             raise NotFound(f"no live peer among {list(addresses)} holds a committed snapshot")
         step = max(held)
