@@ -9,11 +9,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from hypothesis import settings
 
 from shipyard.workspace import Workspace
+
+if TYPE_CHECKING:
+    from shipyard.db.cluster import Cluster
 
 # Property-based tests: a bounded number of examples in the suite; `benchmarks/fuzz.py` runs the
 # `fuzz`-marked ones long under the `fuzz` profile (`--hypothesis-profile=fuzz`), with fresh seeds.
@@ -114,3 +118,30 @@ def run_cli(
 def cli(shipyard_home: Path) -> Callable[..., subprocess.CompletedProcess[str]]:
     """`cli("artifact", "ls")` runs the real command against this test's `$SHIPYARD_HOME`."""
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator["Cluster"]:
+    """A throwaway PostgreSQL cluster (Debian's `postgresql` package) for the whole session.
+
+    Skipped only where it cannot be had: the server is not installed and this is not root (as
+    root, `scripts/setup.sh` installs it, so its absence is a failure, not a skip)."""
+    from shipyard.db.cluster import Cluster, find_bindir
+
+    if find_bindir() is None:
+        if os.geteuid() != 0:
+            pytest.skip("PostgreSQL is not installed (apt-get install postgresql) and not root")
+        pytest.fail("PostgreSQL is not installed: run scripts/setup.sh as root")
+    pytest.importorskip("psycopg", reason="psycopg is missing: pip install shipyard[postgres]")
+    cluster = Cluster(durable=False)  # tests check correctness, not crash safety: no fsync
+    yield cluster
+    cluster.remove()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database on each backend: every test that takes it runs on both."""
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'shipyard.db'}"
+    cluster: Cluster = request.getfixturevalue("pg_cluster")
+    return cluster.create_database()

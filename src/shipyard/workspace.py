@@ -2,8 +2,9 @@
 
 `put` stores files and records who made them from what; `resolve` turns an id, a unique id prefix
 or an alias into an id; `get` materializes and verifies. Layout under `$SHIPYARD_HOME` (default
-`~/.shipyard`): `store/` (pieces, manifests) and `catalog.db`; `SHIPYARD_STORE` and
-`SHIPYARD_CATALOG` point either elsewhere (for example `s3://bucket/prefix`).
+`~/.shipyard`): `store/` (pieces, manifests) and `catalog.db` (the database); `SHIPYARD_STORE`
+points the store elsewhere (for example `s3://bucket/prefix`), `SHIPYARD_DB` the database (for
+example `postgresql://host/shipyard`, see `shipyard.db`).
 """
 
 import os
@@ -16,7 +17,9 @@ from typing import Any
 
 from shipyard.catalog import ArtifactRecord, Catalog, RunStatus, open_catalog
 from shipyard.catalog.base import looks_like_id_prefix
+from shipyard.db import database_url
 from shipyard.errors import InvalidInput, NotFound
+from shipyard.home import shipyard_home as shipyard_home  # where callers have long found it
 from shipyard.provenance import code_version, current_user
 from shipyard.store import (
     DEFAULT_PIECE_SIZE,
@@ -34,10 +37,6 @@ from shipyard.store.manifest import HASH_HEX_LEN
 from shipyard.store.put import Progress
 
 
-def shipyard_home() -> Path:
-    return Path(os.environ.get("SHIPYARD_HOME", "~/.shipyard")).expanduser()
-
-
 def _stderr_note(text: str) -> None:
     print(text, file=sys.stderr)
 
@@ -53,7 +52,7 @@ class Workspace:
         """The workspace under `home` (default `$SHIPYARD_HOME`), honouring the URI overrides."""
         home = home or shipyard_home()
         store_uri = os.environ.get("SHIPYARD_STORE") or str(home / "store")
-        catalog_uri = os.environ.get("SHIPYARD_CATALOG") or str(home / "catalog.db")
+        catalog_uri = database_url(home)
         return cls(PieceStore(open_backend(store_uri)), open_catalog(catalog_uri))
 
     def close(self) -> None:

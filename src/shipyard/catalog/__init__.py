@@ -1,8 +1,5 @@
 """Artifacts, aliases, runs and lineage: SQLite by default, PostgreSQL for many hosts."""
 
-from pathlib import Path
-from urllib.parse import unquote, urlparse
-
 from shipyard.catalog.base import (
     AliasEvent,
     ArtifactRecord,
@@ -11,16 +8,19 @@ from shipyard.catalog.base import (
     RunRecord,
     RunStatus,
 )
+from shipyard.catalog.postgres import PostgresCatalog
+from shipyard.catalog.sql import SQLCatalog
 from shipyard.catalog.sqlite import SQLiteCatalog, ensure_catalog_file
-from shipyard.errors import InvalidInput
+from shipyard.db import parse_url
 
 
 def open_catalog(uri: str) -> Catalog:
-    """The catalog a URI names: `sqlite:///path/catalog.db` or a plain file path."""
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "sqlite"):
-        return SQLiteCatalog(Path(unquote(parsed.path) if parsed.scheme else uri))
-    raise InvalidInput(f"catalog URI {uri!r}: unknown scheme {parsed.scheme!r} (allowed: sqlite)")
+    """The catalog a URI names: `sqlite:///path/catalog.db`, a plain file path, or
+    `postgresql://user@host/dbname`."""
+    url = parse_url(uri)
+    if url.dialect == "postgresql":
+        return PostgresCatalog(url.target)
+    return SQLiteCatalog(url.path)
 
 
 __all__ = [
@@ -28,8 +28,10 @@ __all__ = [
     "ArtifactRecord",
     "Catalog",
     "LineageEdge",
+    "PostgresCatalog",
     "RunRecord",
     "RunStatus",
+    "SQLCatalog",
     "SQLiteCatalog",
     "ensure_catalog_file",
     "open_catalog",
