@@ -1,4 +1,5 @@
 import dataclasses
+import gzip
 import json
 import os
 from pathlib import Path
@@ -16,7 +17,7 @@ from shipyard.data.config import (
 )
 from shipyard.data.stages.extract import register_extractor
 from shipyard.data.tasks import FileTask, file_sha256, run_task
-from shipyard.data.warcpack import Page
+from shipyard.data.warcpack import Page, record_bytes
 from shipyard.loader import TokenDataset
 from shipyard.workspace import Workspace
 
@@ -209,3 +210,30 @@ def test_ray_executor_produces_the_same_table(
         ray_ws.close()
     assert result.computed["read"] == 2
     assert result.table_id == local.table_id
+
+
+def test_report_counts_add_up_per_file_with_damage(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path
+) -> None:
+    folder = corpus(make_warc)
+    damaged = folder / "c.warc.gz"
+    chunks = [
+        gzip.compress(record_bytes(Page(f"https://c.org/{i}", html_page(english_text(50 + i)))))
+        for i in range(4)
+    ]
+    chunks.insert(2, b"\x1f\x8b\x08 not a gzip member at all")
+    damaged.write_bytes(b"".join(chunks))
+    tokenize = TokenizeConfig(enabled=False)
+    result = run_pipeline(config_for(folder, tokenize=tokenize), workspace, shipyard_home)
+    files = result.report["files"]
+    assert files["c.warc.gz"] == {
+        "seen": 5,
+        "kept": 4,
+        "filtered": 0,
+        "quarantined": 0,
+        "unreadable": 1,
+    }
+    assert files["b.warc"]["quarantined"] == 1  # the undecodable page
+    for counts in files.values():
+        parts = counts["kept"] + counts["filtered"] + counts["quarantined"] + counts["unreadable"]
+        assert counts["seen"] == parts

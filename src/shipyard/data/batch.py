@@ -51,6 +51,7 @@ class Quarantine:
     source: str
     rows: list[dict[str, str]] = field(default_factory=list)
     policy: Counter[str] = field(default_factory=Counter)  # records dropped by rule, by rule
+    seen: int = 0  # records the reader met: responses, and stretches it could not read
     guard: RecordGuard | None = None  # the task's memory of records that killed a worker
 
     def count(self, rule: str) -> None:

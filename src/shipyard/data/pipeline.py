@@ -30,6 +30,7 @@ from shipyard.data.dedup import dedup_files, stats_dict
 from shipyard.data.executors import make_executor
 from shipyard.data.executors.base import Outcome
 from shipyard.data.inputs import put_crawl, resolve_inputs
+from shipyard.data.stages.read import UNREADABLE
 from shipyard.data.table import write_part
 from shipyard.data.tasks import FileTask, TaskResult, file_sha256, read_chain, run_task
 from shipyard.data.tokenize import select, train_tokenizer, write_tokens
@@ -132,7 +133,7 @@ def _annotate(
         )
         for index, (output, dedup) in enumerate(zip(outputs, dedup_tables, strict=True)):
             write_part(output, dedup, table_dir / f"part-{index:05d}.parquet")
-        quarantine, policy = _quarantine(config, good, task_quarantine)
+        quarantine, policy, files_seen = _quarantine(config, good, task_quarantine)
         pq.write_table(quarantine, table_dir / "quarantine.parquet")
         table = pq.read_table(sorted(table_dir.glob("part-*.parquet")))
         report = {
@@ -144,6 +145,7 @@ def _annotate(
             "policy": dict(policy),
             "dedup": {**stats_dict(dedup_stats), "key": dedup_key},
             "failed_tasks": result.failed_tasks,
+            "files": _file_counts(table, quarantine, files_seen),
         }
         (table_dir / "stats.json").write_text(json.dumps(report, indent=1, sort_keys=True))
         manifest = put_tree(
@@ -170,14 +172,46 @@ def _annotate(
 
 def _quarantine(
     config: PipelineConfig, good: list[tuple[FileTask, TaskResult]], extra: list[dict[str, str]]
-) -> tuple[pa.Table, Counter[str]]:
+) -> tuple[pa.Table, Counter[str], dict[str, tuple[int, Counter[str]]]]:
+    """Every file's quarantine rows and policy drops, and per file (records seen, policy drops)."""
     tables = [pa.Table.from_pylist(extra, schema=QUARANTINE_SCHEMA)]
     policy: Counter[str] = Counter()
+    per_file: dict[str, tuple[int, Counter[str]]] = {}
     for task, _ in good:
-        table, counts = read_chain(config, task.file_hash, task.cache)
-        tables.append(table)
-        policy.update(counts)
-    return pa.concat_tables(tables), policy
+        chain = read_chain(config, task.file_hash, task.cache)
+        tables.append(chain.quarantine)
+        policy.update(chain.policy)
+        per_file[Path(task.path).name] = (chain.seen, chain.policy)
+    return pa.concat_tables(tables), policy, per_file
+
+
+def _file_counts(
+    table: pa.Table, quarantine: pa.Table, files: dict[str, tuple[int, Counter[str]]]
+) -> dict[str, dict[str, int]]:
+    """Per input file: records seen = kept + filtered + quarantined + unreadable.
+
+    `kept` are the file's rows in the annotated table, `filtered` its policy drops (blocklist,
+    duplicate URL, status, content type), `unreadable` the stretches the reader could not read.
+    """
+    kept = Counter(table.column("source").to_pylist()) if table.num_rows else Counter()
+    quarantined: Counter[str] = Counter()
+    unreadable: Counter[str] = Counter()
+    for source, reason in zip(
+        quarantine.column("source").to_pylist(),
+        quarantine.column("reason").to_pylist(),
+        strict=True,
+    ):
+        (unreadable if reason.startswith(UNREADABLE) else quarantined)[source] += 1
+    return {
+        name: {
+            "seen": seen,
+            "kept": kept[name],
+            "filtered": sum(policy.values()),
+            "quarantined": quarantined[name],
+            "unreadable": unreadable[name],
+        }
+        for name, (seen, policy) in sorted(files.items())
+    }
 
 
 def _tokenize(

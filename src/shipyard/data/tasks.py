@@ -114,6 +114,8 @@ def _commit(final: Path, batch: Batch, quarantine: Quarantine, stats: dict[str, 
     pq.write_table(to_table(batch), tmp / "data.parquet", compression="zstd")
     pq.write_table(quarantine.table(), tmp / "quarantine.parquet")
     stats = {**stats, "rows_out": num_rows(batch), "policy": dict(quarantine.policy)}
+    if quarantine.seen:
+        stats["records_seen"] = quarantine.seen
     (tmp / "stats.json").write_text(json.dumps(stats, sort_keys=True))
     try:
         os.rename(tmp, final)
@@ -121,13 +123,26 @@ def _commit(final: Path, batch: Batch, quarantine: Quarantine, stats: dict[str, 
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def read_chain(config: PipelineConfig, file_hash: str, cache: str) -> tuple[pa.Table, Counter[str]]:
-    """Every quarantined record of a file's committed stages, and its policy-drop counts."""
+@dataclass(frozen=True)
+class FileChain:
+    """What a file's committed stages set aside: quarantined records, policy drops by rule, and
+    how many records the reader met."""
+
+    quarantine: pa.Table
+    policy: Counter[str]
+    seen: int
+
+
+def read_chain(config: PipelineConfig, file_hash: str, cache: str) -> FileChain:
     tables = []
     policy: Counter[str] = Counter()
+    seen = 0
     for stage, key in stage_keys(config, file_hash):
         folder = output_dir(cache, stage, key)
         if folder.is_dir():
             tables.append(pq.read_table(folder / "quarantine.parquet"))
-            policy.update(json.loads((folder / "stats.json").read_text())["policy"])
-    return pa.concat_tables(tables) if tables else Quarantine("").table(), policy
+            stats = json.loads((folder / "stats.json").read_text())
+            policy.update(stats["policy"])
+            seen += stats.get("records_seen", 0)
+    table = pa.concat_tables(tables) if tables else Quarantine("").table()
+    return FileChain(table, policy, seen)

@@ -25,7 +25,8 @@ class Page:
     date: str = "2024-01-01T00:00:00Z"
 
 
-def _record(page: Page) -> bytes:
+def record_bytes(page: Page) -> bytes:
+    """One WARC/1.0 response record for `page`, uncompressed."""
     http = (
         f"HTTP/1.1 {page.status} OK\r\nContent-Type: {page.content_type}\r\n"
         f"Content-Length: {len(page.body)}\r\n\r\n"
@@ -58,7 +59,7 @@ def write_warc(
     count = 0
     tmp = path.with_name(f".{path.name}.tmp")
     with open(tmp, "wb") as out:
-        chunks = ([_warcinfo(crawl)] if crawl else []) + [_record(p) for p in pages]
+        chunks = ([_warcinfo(crawl)] if crawl else []) + [record_bytes(p) for p in pages]
         for chunk in chunks:
             out.write(
                 gzip.compress(chunk, compresslevel=6, mtime=0) if compression == "gzip" else chunk

@@ -1,19 +1,22 @@
 """Read one WARC file (gzip, lz4 or plain) into a batch of HTML responses.
 
-One task per file. The URL blocklist and per-file exact-URL dedup apply here; oversized payloads,
-truncated records and a stream that breaks mid-file go to quarantine, and every record read
-before the break is kept.
+One task per file. Damage does not end the file: `warcframe` resumes at the next gzip member or
+`WARC/1.x` header, and every stretch it could not read becomes one quarantine row named
+`<file>@<byte offset>` with a reason starting "unreadable". The URL blocklist and per-file
+exact-URL dedup apply here; oversized payloads and records cut short by the end of the file go to
+quarantine under their record's name.
 """
 
+from datetime import datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from fastwarc.warc import ArchiveIterator, WarcRecord, WarcRecordType
-
 from shipyard.data.batch import Batch, Quarantine
 from shipyard.data.config import ReadConfig
+from shipyard.data.warcframe import Damage, Record, Truncated, records
 
 COLUMNS = ("doc_id", "source", "ordinal", "url", "domain", "crawl", "date", "html")
+UNREADABLE = "unreadable"
 
 
 def domain_of(url: str) -> str:
@@ -30,68 +33,105 @@ def read_warc(path: Path, config: ReadConfig, quarantine: Quarantine) -> Batch:
     crawl = path.name.split(".")[0]
     seen_urls: set[str] = set()
     ordinal = 0
-    wanted = WarcRecordType.response | WarcRecordType.warcinfo
     try:
-        with open(path, "rb") as fh:
-            for record in ArchiveIterator(fh, record_types=wanted, parse_http=True):
-                if record.record_type == WarcRecordType.warcinfo:
-                    crawl = _crawl_name(record) or crawl
-                    continue
-                ordinal += 1
-                doc_id = f"{path.name}:{ordinal}"
-                if record.content_length > config.max_record_bytes:
-                    reason = f"oversized: {record.content_length} bytes > {config.max_record_bytes}"
-                    quarantine.add(doc_id, "read", reason)
-                    continue
-                url = record.headers.get("WARC-Target-URI") or ""
-                domain = domain_of(url)
-                policy = _policy_drop(record, url, domain, seen_urls, config)
-                if policy:  # a policy drop, not a fault: counted, not quarantined
-                    quarantine.count(policy)
-                    continue
-                seen_urls.add(url)
-                html = record.reader.read()
-                if len(html) < record.content_length:
-                    quarantine.add(
-                        doc_id, "read", f"truncated: {len(html)} of {record.content_length} bytes"
-                    )
-                    continue
-                for name, value in zip(
-                    COLUMNS,
-                    (doc_id, path.name, ordinal, url, domain, crawl, _date(record), html),
-                    strict=True,
-                ):
-                    batch[name].append(value)
-    except Exception as exc:  # a broken stream ends the file, not the task
-        quarantine.add(f"{path.name}:*", "read", f"stream broken after record {ordinal}: {exc}")
+        events = list(records(path))
+    except OSError as exc:
+        quarantine.seen += 1
+        quarantine.add(f"{path.name}@0", "read", f"{UNREADABLE}: cannot read file: {exc}")
+        return batch
+    for event in events:
+        if isinstance(event, Damage):
+            quarantine.seen += 1
+            quarantine.add(
+                f"{path.name}@{event.offset}",
+                "read",
+                f"{UNREADABLE} at byte {event.offset}: {event.reason}",
+            )
+            continue
+        kind = event.headers.get("warc-type", "").lower()
+        if kind == "warcinfo" and isinstance(event, Record):
+            crawl = _crawl_name(event.block) or crawl
+            continue
+        if kind != "response":
+            continue
+        ordinal += 1
+        quarantine.seen += 1
+        doc_id = f"{path.name}:{ordinal}"
+        if isinstance(event, Truncated):
+            reason = f"truncated: {event.got} of {event.declared} bytes at byte {event.offset}"
+            quarantine.add(doc_id, "read", reason)
+            continue
+        if len(event.block) > config.max_record_bytes:
+            reason = f"oversized: {len(event.block)} bytes > {config.max_record_bytes}"
+            quarantine.add(doc_id, "read", reason)
+            continue
+        url = event.headers.get("warc-target-uri", "").strip("<>")
+        domain = domain_of(url)
+        status, content_type, html = _http(event)
+        policy = _policy_drop(status, content_type, url, domain, seen_urls, config)
+        if policy:  # a policy drop, not a fault: counted, not quarantined
+            quarantine.count(policy)
+            continue
+        seen_urls.add(url)
+        date = _date(event.headers.get("warc-date", ""))
+        row = (doc_id, path.name, ordinal, url, domain, crawl, date, html)
+        for name, value in zip(COLUMNS, row, strict=True):
+            batch[name].append(value)
     return batch
 
 
+def _http(record: Record) -> tuple[int | None, str, bytes]:
+    """(status, content type, body) of a response record; a block that is not an HTTP message
+    is its own body, typed by the WARC header."""
+    block = record.block
+    if not block.startswith(b"HTTP/"):
+        return None, record.headers.get("content-type", ""), block
+    end = block.find(b"\r\n\r\n")
+    sep = 4
+    if end < 0:
+        end, sep = block.find(b"\n\n"), 2
+    if end < 0:
+        end, sep = len(block), 0
+    lines = block[:end].decode("latin-1").splitlines()
+    parts = lines[0].split(" ", 2)
+    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    content_type = "text/html"
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "content-type":
+            content_type = value.strip()
+    return status, content_type, block[end + sep :]
+
+
 def _policy_drop(
-    record: WarcRecord, url: str, domain: str, seen: set[str], config: ReadConfig
+    status: int | None,
+    content_type: str,
+    url: str,
+    domain: str,
+    seen: set[str],
+    config: ReadConfig,
 ) -> str | None:
     if blocked(domain, config.url_blocklist):
         return "read.blocklisted"
     if url in seen:
         return "read.duplicate_url"
-    if record.is_http and record.http_headers.status_code not in (None, 200):
+    if status not in (None, 200):
         return "read.not_200"
-    content_type = (record.http_content_type or "text/html").split(";")[0].strip().lower()
-    if content_type not in config.content_types:
+    if (content_type or "text/html").split(";")[0].strip().lower() not in config.content_types:
         return "read.not_html"
     return None
 
 
-def _crawl_name(record: WarcRecord) -> str | None:
-    for line in record.reader.read().decode("utf-8", "replace").splitlines():
+def _crawl_name(block: bytes) -> str | None:
+    for line in block.decode("utf-8", "replace").splitlines():
         key, _, value = line.partition(":")
         if key.strip().lower() == "ispartof" and value.strip():
             return value.strip()
     return None
 
 
-def _date(record: WarcRecord) -> str:
+def _date(value: str) -> str:
     try:
-        return record.record_date.isoformat()
-    except Exception:  # records with no or a malformed WARC-Date
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).isoformat()
+    except ValueError:  # no or a malformed WARC-Date
         return ""
