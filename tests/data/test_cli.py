@@ -36,7 +36,18 @@ def test_run_then_report_flags_drift(
     make_warc: MakeWarc, shipyard_home: Path, tmp_path: Path
 ) -> None:
     folder = make_warc("a.warc.gz", pages(1)).parent
-    make_warc("b.warc.gz", [*pages(2), Page("https://x.org/short", b"<p>Too short.</p>")])
+    make_warc(
+        "b.warc.gz",
+        [
+            *pages(2),
+            Page(
+                "https://x.org/short",  # passes Gopher repetition, fails Gopher quality
+                b"<p>The harbour crane lifted cargo from the vessel while the captain watched the "
+                b"river and the old bridge at dawn. Later that morning a teacher walked with her "
+                b"students to the market, where sailors sold rope, timber and fresh fish.</p>",
+            ),
+        ],
+    )
     config = write_config(tmp_path / "p.toml", folder)
     out = shipyard("data", "run", str(config))
     assert "table" in out.stdout and "tokens" in out.stdout
