@@ -18,7 +18,8 @@ from shipyard.distribute.config import DaemonConfig, format_address, parse_addre
 from shipyard.distribute.context import Context
 from shipyard.distribute.holding import Holding
 from shipyard.distribute.known_members import KnownMembers
-from shipyard.distribute.membership import Membership
+from shipyard.distribute.materialize import Materializations
+from shipyard.distribute.membership import Membership, encode_bits
 from shipyard.distribute.messages import check_view
 from shipyard.distribute.origin import open_origin
 from shipyard.distribute.server import Server, use_congestion_control
@@ -58,6 +59,7 @@ class PeerDaemon:
             key=SwarmKey.load(Path(config.swarm_key_file)) if config.swarm_key_file else None,
         )
         self.holdings: dict[str, Holding] = {}
+        self.materializations = Materializations(self.ctx)  # files written for local pulls
         self.wants = WantLog(self.ctx.store.backend)
         self.known_members = KnownMembers(self.ctx.store.backend, self.ctx.rng)
         self._wants_written = asyncio.Lock()  # records written in the order of the news
@@ -92,7 +94,8 @@ class PeerDaemon:
             "fetch": self._on_fetch,
             "status": self._on_status,
         }
-        self._handler = Server(self.ctx, ops, self._held)
+        local = {"materialize": self._on_materialize}
+        self._handler = Server(self.ctx, ops, self._held, local)
         listen = self.ctx.config.listen
         try:
             self._server = await asyncio.start_server(self._handler.handle, *listen)
@@ -140,6 +143,7 @@ class PeerDaemon:
             self._gossiper.cancel()
         for exchange in list(self._exchanges.values()):
             exchange.cancel()
+        await self.materializations.stop()
         for holding in self.holdings.values():
             await holding.stop()
         if self._server:
@@ -226,10 +230,13 @@ class PeerDaemon:
         if pieces is not None and not isinstance(pieces, list):
             raise InvalidInput("fetch: 'pieces' must be a list of piece hashes or null")
         holding = await self.holding(artifact)
+        # What was held and where it came from before this fetch: what the pull reports is the
+        # difference (see `sources`).
+        before = {"held": encode_bits(holding.held), "sources": holding.sources.report()}
         self._want(holding, pieces)
         await self._write_wants(holding)  # before the reply: an acknowledged fetch is resumed
         body = holding.manifest.canonical_bytes()
-        return {"ok": True, "boot": self.boot, "body": body}
+        return {"ok": True, "boot": self.boot, "body": body} | before
 
     def _want(self, holding: Holding, pieces: Wanted) -> None:
         """Want `pieces` (None: all) too, and start fetching them."""
@@ -271,6 +278,15 @@ class PeerDaemon:
         if artifact not in self.holdings:
             raise NotFound(f"artifact {artifact} is not held or being fetched here")
         return self.holdings[artifact].status() | {"boot": self.boot}
+
+    async def _on_materialize(self, header: Header, uid: int) -> dict[str, Any]:
+        """Write an artifact held or being fetched here into a directory, for a client on this
+        host running as user `uid` (see `materialize`); the reply carries its status too."""
+        holding = self.holdings.get(header["artifact"])
+        if holding is None:
+            raise NotFound(f"artifact {header['artifact']} is not held or being fetched here")
+        reply = await self.materializations.ask(holding, header, uid)
+        return holding.status() | reply | {"boot": self.boot}
 
     async def _on_have(self, header: Header) -> dict[str, Any]:
         """A peer stored a piece (this one is downstream of it in the mesh): schedule at once."""

@@ -18,6 +18,7 @@ Header = dict[str, Any]
 VIEW_MEMBERS = 1024  # members one gossip view may name (larger swarms send a sample)
 MAX_ARTIFACTS = 1024  # artifacts one member's record may name
 MAX_PIECES = 1 << 20  # pieces one fetch may name
+MAX_PATH = 4096  # characters in a directory a daemon is asked to write into
 MAX_HEARTBEAT = (1 << 53) - 1  # wall-clock milliseconds: some 285,000 years
 
 _HASH = re.compile(r"[0-9a-f]{64}")
@@ -88,14 +89,30 @@ def _manifest(header: Header) -> None:
 
 
 def _fetch(header: Header) -> None:
-    _hash(header.get("artifact"), "fetch: artifact")
+    _artifact_and_pieces(header, "fetch")
+
+
+def _artifact_and_pieces(header: Header, op: str) -> None:
+    _hash(header.get("artifact"), f"{op}: artifact")
     pieces = header.get("pieces")
     if pieces is None:
         return
     if not isinstance(pieces, list) or len(pieces) > MAX_PIECES:
-        raise InvalidInput(f"fetch: pieces is not null or a list of up to {MAX_PIECES} hashes")
+        raise InvalidInput(f"{op}: pieces is not null or a list of up to {MAX_PIECES} hashes")
     for piece_hash in pieces:
-        _hash(piece_hash, "fetch: pieces")
+        _hash(piece_hash, f"{op}: pieces")
+
+
+def _materialize(header: Header) -> None:
+    _artifact_and_pieces(header, "materialize")
+    directory = header.get("dir")
+    if not isinstance(directory, str) or not 0 < len(directory) <= MAX_PATH:
+        raise InvalidInput(f"materialize: dir {_show(directory)} is not 1-{MAX_PATH} characters")
+    if not isinstance(header.get("verify", False), bool):
+        raise InvalidInput("materialize: verify is not true or false")
+    wait = header.get("wait", 0)
+    if isinstance(wait, bool) or not isinstance(wait, int | float) or not 0 <= wait <= 60:
+        raise InvalidInput(f"materialize: wait {_show(wait)} is not a number of seconds in 0-60")
 
 
 def _status(header: Header) -> None:
@@ -110,6 +127,7 @@ _OPS: dict[str, Callable[[Header], None]] = {
     "manifest": _manifest,
     "fetch": _fetch,
     "status": _status,
+    "materialize": _materialize,
 }
 
 

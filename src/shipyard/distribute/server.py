@@ -20,6 +20,7 @@ from typing import Any
 from shipyard.distribute.catch_up import downstream_upload_slots
 from shipyard.distribute.context import Context
 from shipyard.distribute.limits import KEEPALIVE, Admission, HeaderBudget, Refusals, reason
+from shipyard.distribute.local_peer import requester_uid
 from shipyard.distribute.membership import encode_bits
 from shipyard.distribute.messages import check_request
 from shipyard.distribute.swarm_key import SwarmKeyRefused
@@ -33,6 +34,7 @@ _SLICE = 256 << 10
 _METRICS_LINE = re.compile(rb"GET /metrics(\?[!-~]*)? HTTP/1\.[01]")
 
 Handler = Callable[[Header, asyncio.StreamWriter], Awaitable[None]]
+LocalOp = Callable[[Header, int], Awaitable[Any]]  # (request, the requester's user id)
 
 
 def use_congestion_control(listener: socket.socket, name: str) -> str | None:
@@ -71,11 +73,14 @@ class Server:
         ctx: Context,
         ops: Mapping[str, Callable[[Header], Awaitable[Any]]],
         held: Callable[[str], int | None],
+        local: Mapping[str, LocalOp] | None = None,
     ) -> None:
         """`ops` maps the daemon's own operations (fetch, status, gossip, have) to coroutines;
-        `held(artifact)` is the have-map bits of an artifact this peer holds, or None."""
+        `held(artifact)` is the have-map bits of an artifact this peer holds, or None. `local`:
+        operations only a client on this host may ask for (materialize), told its user id."""
         self.ctx = ctx
         self.ops = ops
+        self.local = local or {}
         self.held = held
         limit = ctx.config.upload_limit_bps
         self.throttle = Throttle(limit) if limit else None
@@ -178,7 +183,11 @@ class Server:
                 )
                 writer.write(encode({"size": len(data)}, key) + data)
             else:
-                reply = await self.ops[op](header)
+                if op in self.local:
+                    where = (writer.get_extra_info("peername"), writer.get_extra_info("sockname"))
+                    reply = await self.local[op](header, requester_uid(*where))
+                else:
+                    reply = await self.ops[op](header)
                 body = reply.pop("body", b"")
                 writer.write(encode(reply | ({"size": len(body)} if body else {}), key) + body)
         except ShipyardError as exc:
