@@ -12,12 +12,12 @@ CASES = [
     ('"quoted" 10km $5', ['"', "quoted", '"', "10", "km", "$", "5"]),
     (
         "end.The well-known UTF-8 2015-03-31",
-        ["end", ".", "The", "well", "-", "known", "UTF-8"] + ["2015", "-", "03", "-", "31"],
+        ["end", ".", "The", "well", "-", "known", "UTF-8", "2015", "-", "03", "-", "31"],
     ),
     ("/etc/apt ... Contents-arch.gz", ["/etc", "/", "apt", "...", "Contents-arch.gz"]),
     (
         "derive(Debug) std::fmt // x--y :)",
-        ["derive(Debug", ")", "std::fmt", "//", "x", "--", "y"] + [":)"],
+        ["derive(Debug", ")", "std::fmt", "//", "x", "--", "y", ":)"],
     ),
     ("see http://a.com/b?c=d.", ["see", "http://a.com/b?c=d", "."]),
     ("method(): and/or", ["method", "(", "):", "and/or"]),
