@@ -5,7 +5,7 @@ here, through a `Database` and its own versioned `Schema`.
 """
 
 from shipyard.db.connection import Database, DatabaseUnavailable
-from shipyard.db.migrate import Schema, SchemaTooNew, ensure, upgrade, version
+from shipyard.db.migrate import SERIAL_KEY, Schema, SchemaTooNew, ensure, upgrade, version
 from shipyard.db.url import DatabaseURL, Dialect, database_url, parse_url
 
 
@@ -15,6 +15,7 @@ def open_database(url: str | None = None, label: str = "database") -> Database:
 
 
 __all__ = [
+    "SERIAL_KEY",
     "Database",
     "DatabaseURL",
     "DatabaseUnavailable",

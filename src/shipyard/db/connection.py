@@ -1,15 +1,17 @@
 """One connection to Shipyard's database, SQLite or PostgreSQL, behind one small surface.
 
-Callers write SQL once, with `?` placeholders, in the subset both engines share; the connection
-turns `?` into psycopg's `%s` (so Shipyard's SQL never holds a literal `?` or `%`). Outside
+Callers write SQL once, with `?` or `:name` placeholders (parameters as a sequence or a mapping),
+in the subset both engines share; the connection turns them into psycopg's `%s` and `%(name)s`
+(so Shipyard's SQL never holds a literal `?`, `%` or `:word`). Outside
 `transaction()` every statement commits on its own. Every driver error becomes a `StorageError`
 that names the database; a lost PostgreSQL connection becomes `DatabaseUnavailable`, and the
 next statement connects afresh, so a caller that retries rides out a server restart.
 """
 
+import re
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +22,8 @@ from shipyard.errors import StorageError
 if TYPE_CHECKING:
     import psycopg
 
-Params = Sequence[Any]
+Params = Sequence[Any] | Mapping[str, Any]
+_NAMED = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")  # `:name`, not a `::type` cast
 _BUSY_TIMEOUT_S = 30.0
 _CONNECT_TIMEOUT_S = 5
 
@@ -136,7 +139,8 @@ class Database:
     def _pg_sql(self, sql: str) -> str:
         converted = self._sql.get(sql)
         if converted is None:
-            converted = self._sql[sql] = sql.replace("%", "%%").replace("?", "%s")
+            escaped = sql.replace("%", "%%").replace("?", "%s")
+            converted = self._sql[sql] = _NAMED.sub(r"%(\1)s", escaped)
         return converted
 
     @contextmanager
