@@ -2,22 +2,30 @@
 and compare Shipyard's swarm with every host downloading straight from the origin over HTTP.
 
     sudo .venv/bin/python benchmarks/fanout.py [--hosts 16] [--rate-mbit 100] [--size-mib 256]
-        [--chaos [--boost-restarted]] [--chaos-origin] [--origin-gateways N]
+        [--modes warm,cold] [--chaos [--boost-restarted]] [--chaos-origin] [--origin-gateways N]
         [--baseline-size-mib S] [--no-baseline] [--no-aria2] [--trace] [--keep]
 
-Prints progress on stderr and, last, one JSON line: value = T_shipyard / (S/B), baseline =
-T_origin / (S/B), ratio = baseline / value (the speed-up), origin_bytes_ratio = piece bytes the
-origin sent / S. S/B is the artifact size over one host's link rate: no host can finish sooner.
-With aria2c installed, a BitTorrent swarm of the same file on the same hosts is the second
-baseline (`fanout_aria2.py`): aria2_baseline = T_aria2 / (S/B), aria2_origin_wire_ratio = bytes
-the origin's link sent (packet headers included) / S. With --trace every daemon writes a transfer
+The clock measures what a user waits for: from `shipyard pull ID --dest DIR` launched on every
+host at once to the last host's pull returning with its file written (each file is then checked
+against the source's SHA-256; see `fanout_pull.py`). `warm`: the daemons were already running;
+`cold`: they are started at the same moment as the pulls, on empty stores. T_stores, the moment
+the last store held every piece, is reported beside it.
+
+Prints progress on stderr and, last, one JSON line: value = T_warm / (S/B), cold_value =
+T_cold / (S/B), baseline = T_origin / (S/B), ratio = baseline / value (the speed-up),
+origin_bytes_ratio = piece bytes the origin sent / S (warm; cold_origin_bytes_ratio for cold).
+S/B is the artifact size over one host's link rate: no host can finish sooner. With aria2c
+installed, a BitTorrent swarm of the same file on the same hosts, each to its verified file, is
+the second baseline (`fanout_aria2.py`): aria2_baseline = T_aria2 / (S/B), warm_vs_aria2 and
+cold_vs_aria2 = T_warm / T_aria2 and T_cold / T_aria2, aria2_origin_wire_ratio = bytes the
+origin's link sent (packet headers included) / S. With --trace every daemon writes a transfer
 trace (`peer serve --trace`) and `hops` summarises how the pieces spread (`peer hops`); with
 --chaos too, `restarts` gives each restarted host's pieces at the kill, its lag, and how soon after
 its restart it asked for and stored a piece.
 """
 
 import argparse
-import fcntl
+import hashlib
 import json
 import math
 import os
@@ -39,6 +47,7 @@ from bytecode import compile_shipyard
 from fanout_aria2 import aria2_swarm
 from fanout_aria2 import available as aria2_available
 from fanout_links import LinkMeter
+from fanout_pull import Pulls
 from fanout_rig import Rig
 from proc_cpu import cpu_seconds as proc_cpu_seconds
 from shipyard.distribute import DaemonConfig
@@ -58,21 +67,8 @@ class Handler(http.server.SimpleHTTPRequestHandler):
 handler = functools.partial(Handler, directory=sys.argv[3])
 Server((sys.argv[1], int(sys.argv[2])), handler).serve_forever()
 """
-# Asks one daemon to fetch the artifact. It connects, says it is ready, then blocks on a shared
-# lock of the start gate until the harness releases its exclusive one: every host is asked at the
-# same moment. (Started one by one, the triggers' own start-up spread the hosts' starts over 0.6 s
-# at 32 hosts, and the clock counted it against the swarm.)
-TRIGGER = """
-import fcntl, json, socket, struct, sys
-host, port, artifact, gate = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-req = json.dumps({"op": "fetch", "artifact": artifact, "pieces": None}).encode()
-with socket.create_connection((host, port), timeout=120) as s, open(gate) as g:
-    print("trigger ready", flush=True)
-    fcntl.flock(g, fcntl.LOCK_SH)
-    s.sendall(struct.pack(">I", len(req)) + req)
-    n = struct.unpack(">I", s.recv(4, socket.MSG_WAITALL))[0]
-    sys.exit(1 if json.loads(s.recv(n, socket.MSG_WAITALL)).get("error") else 0)
-"""
+MODES = ("warm", "cold")
+WAIT_DAEMON = 60.0  # a cold pull's --wait-daemon: the daemons start on a busy machine
 
 
 @dataclass
@@ -82,9 +78,9 @@ class Host:
     ip: str
     store: Path
     log: Path
+    dest: Path  # where its pull writes the files
     proc: subprocess.Popen[bytes] | None = None
     starts: int = 0
-    triggers: int = 0
     resumed_from: int | None = None  # pieces on disk when it was restarted
     trace: Path | None = None  # its daemon's transfer trace, with --trace
     seen: set[str] = field(default_factory=set)  # pieces found in its store so far
@@ -109,6 +105,7 @@ class Run:
     origin_log: Path
     dead: set[str] = field(default_factory=set)
     survivors_done: float | None = None
+    stores_done: float | None = None  # seconds until every live store held every piece
     events: list[str] = field(default_factory=list)
     wall_started: float = 0.0  # time.time() when every host was asked to fetch
     killed_at: float | None = None  # --chaos: seconds from then to the kill
@@ -133,6 +130,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--origin-rate-mbit", type=float, default=100.0)
     p.add_argument("--size-mib", type=int, default=256)
     p.add_argument("--piece-mib", type=float, default=1.0)
+    p.add_argument(
+        "--modes", default="warm,cold",
+        help="warm: pulls on running daemons; cold: daemons started with the pulls (default both)",
+    )  # fmt: skip
     p.add_argument("--chaos", action="store_true", help="kill 25%% of hosts at 30%% progress")
     p.add_argument("--chaos-origin", action="store_true", help="kill the origin once pieces x2")
     p.add_argument(
@@ -143,6 +144,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--baseline-size-mib", type=int, help="origin-only run size (default: size)")
     p.add_argument("--no-baseline", action="store_true", help="measure Shipyard's swarm only")
     p.add_argument("--no-aria2", action="store_true", help="skip the BitTorrent baseline")
+    p.add_argument("--no-origin-only", action="store_true", help="skip the HTTP-only baseline")
     p.add_argument(
         "--queue-ms", type=float, default=100.0,
         help="tbf queue per link, in ms of traffic (100: a deep FIFO; switches buffer less)",
@@ -166,6 +168,11 @@ def parse_args() -> argparse.Namespace:
         p.error("needs root (network namespaces and tc)")
     if not 2 <= args.hosts <= 240:
         p.error("--hosts must be between 2 and 240")
+    args.modes = args.modes.split(",")
+    if "warm" not in args.modes or not set(args.modes) <= set(MODES):
+        p.error(f"--modes: warm and optionally cold, comma-separated, not {args.modes}")
+    if (args.chaos or args.chaos_origin) and "cold" in args.modes:
+        args.modes = ["warm"]  # the failures are staged on a warm swarm
     if args.origin_gateways is None:
         share = args.origin_rate_mbit / args.rate_mbit
         args.origin_gateways = max(1, round(DaemonConfig.origin_gateways * share))
@@ -212,24 +219,15 @@ def wait_listening(hosts: list[Host], deadline: float) -> None:
             time.sleep(0.1)
 
 
-def trigger_together(rig: Rig, hosts: list[Host], artifact: str, gate: Path) -> float:
-    """Ask every host in `hosts` to fetch `artifact` at one moment, and return that moment
-    (`time.monotonic()`): the triggers connect behind the closed gate, then it opens."""
-    with open(gate, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        for host in hosts:
-            host.triggers += 1
-            cmd = [sys.executable, "-S", "-c", TRIGGER, host.ip, str(PORT), artifact, str(gate)]
-            rig.spawn(host.ns, cmd, host.log)
-        deadline = time.monotonic() + 60
-        for host in hosts:
-            while host.log.read_text().count("trigger ready") < host.triggers:
-                if time.monotonic() > deadline:
-                    raise SystemExit(f"{host.name}'s trigger did not connect: {host.log}")
-                time.sleep(0.01)
-        opened = time.monotonic()
-        fcntl.flock(lock, fcntl.LOCK_UN)
-    return opened
+def spawn_pulls(rig: Rig, hosts: list[Host], artifact: str, mode: str) -> Pulls:
+    """A `shipyard pull --dest` per host, behind a closed gate (see `fanout_pull`)."""
+    work = hosts[0].log.parent
+    pulls = Pulls(rig, sys.executable, work / f"{mode}-gate")
+    wait_daemon = WAIT_DAEMON if mode == "cold" else 10.0
+    for host in hosts:
+        log = work / f"{host.name}-{mode}-pull.log"
+        pulls.spawn(host.name, host.ns, host.address, artifact, host.dest, log, wait_daemon)
+    return pulls
 
 
 def metrics(host: Host) -> dict[str, float]:
@@ -270,18 +268,23 @@ def memory_available() -> int:
     return 0
 
 
-def origin_piece_bytes(log: Path, sizes: dict[str, int]) -> int:
-    served = re.findall(r'"GET /pieces/\w+/(\w+) HTTP/1\.[01]" 200', log.read_text())
+def origin_piece_bytes(log: Path, sizes: dict[str, int], since: int = 0) -> int:
+    """Piece bytes the origin served, by its log from byte `since` on."""
+    with open(log, "rb") as f:
+        f.seek(since)
+        text = f.read().decode(errors="replace")
+    served = re.findall(r'"GET /pieces/\w+/(\w+) HTTP/1\.[01]" 200', text)
     return sum(sizes.get(h, 0) for h in served)
 
 
-def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, origin_url: str,
-          origin: subprocess.Popen[bytes], gate: Path) -> float:  # fmt: skip
-    """Trigger every host, apply the chaos schedule, return seconds from the triggers until all
-    live hosts hold every piece: until the last piece file was written (each lands in a store
-    only after its hash was verified), so the 0.2 s between polls does not count."""
-    started = trigger_together(rig, run.hosts, manifest.id, gate)
-    wall_started = run.wall_started = time.time() - (time.monotonic() - started)
+def swarm(rig: Rig, args: argparse.Namespace, run: Run, origin_url: str,
+          origin: subprocess.Popen[bytes], pulls: Pulls) -> float:  # fmt: skip
+    """Release every host's pull, apply the chaos schedule, return seconds from the release
+    until the pulls of all live hosts have returned, their files written. A killed host's pull
+    rides out its daemon's restart (or is not waited for, if it stays dead). Also notes when the
+    last live store held every piece (`stores_done`)."""
+    wall_started = run.wall_started = pulls.release()
+    started = time.monotonic() - (time.time() - wall_started)
     rng = random.Random(args.seed)
     total = len(run.sizes)
     restart_at: tuple[float, list[Host]] | None = None
@@ -295,7 +298,6 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
             run.restarted_at = now
             cpu = restart(rig, run, restart_at[1], origin_url, args)
             listening = time.monotonic() - started - now
-            trigger_together(rig, restart_at[1], manifest.id, gate)
             names = [h.name for h in restart_at[1]]
             run.events.append(
                 f"t={now:.2f}s restarted {names}, listening {listening:.2f} s later, "
@@ -306,10 +308,13 @@ def swarm(rig: Rig, args: argparse.Namespace, manifest: Manifest, run: Run, orig
         held = {h.name: run.held(h) for h in run.hosts}
         live = [h for h in run.hosts if h.name not in run.dead]
         never_killed = [h for h in live if h.starts == 1]
-        if run.survivors_done is None and all(len(held[h.name]) == total for h in never_killed):
-            run.survivors_done = max(h.last_stored() for h in never_killed) - wall_started
-        if all(len(held[h.name]) == total for h in live) and restart_at is None:
-            return max(h.last_stored() for h in live) - wall_started
+        finished = {h.name: pulls.finished(h.name) for h in live}
+        if run.survivors_done is None and all(finished[h.name] for h in never_killed):
+            run.survivors_done = max(finished[h.name] or 0 for h in never_killed) - wall_started
+        if all(len(held[h.name]) == total for h in live) and run.stores_done is None:
+            run.stores_done = max(h.last_stored() for h in live) - wall_started
+        if all(finished.values()) and restart_at is None:
+            return max(t or 0 for t in finished.values()) - wall_started
         if now > args.timeout:
             raise SystemExit(f"timed out after {now:.0f} s: {[len(held[h.name]) for h in live]}")
         for host in live:  # a daemon the benchmark did not kill: a crash, or out of memory
@@ -431,7 +436,7 @@ def origin_only(rig: Rig, hosts: list[Host], url: str, work: Path) -> float:
 def main() -> None:
     args = parse_args()
     compile_shipyard()
-    need = (args.hosts + 3) * args.size_mib << 20
+    need = (2 * args.hosts + 3) * args.size_mib << 20  # stores and destinations
     shm = shutil.disk_usage("/dev/shm").free if Path("/dev/shm").is_dir() else 0
     # A tmpfs keeps a contended shared disk out of the measurement when memory allows. Its files
     # live in memory, so it also needs free memory: kept runs had the OOM killer end daemons.
@@ -465,13 +470,14 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     hosts = []
     for i in range(args.hosts):
         ns, ip = rig.host(f"h{i}", i + 1, args.rate_mbit)
-        hosts.append(Host(f"h{i}", ns, ip, work / f"h{i}", work / f"h{i}.log"))
+        hosts.append(Host(f"h{i}", ns, ip, work / f"h{i}", work / f"h{i}.log", work / f"h{i}-dest"))
         hosts[-1].trace = work / f"h{i}.trace" if args.trace else None
     # Every host is told only of the first N/8: the would-be "trackers" that --chaos kills.
     seeds = hosts[: max(1, args.hosts // 8)]
     for host in hosts:
         start_daemon(rig, host, seeds, origin_url, daemon_flags(args))
     wait_listening(hosts, time.monotonic() + 120)
+    pulls = spawn_pulls(rig, hosts, manifest.id, "warm")  # they import Shipyard meanwhile
     time.sleep(2)  # let gossip spread membership before the clock starts
     run = Run(hosts, seeds, sizes, origin_log)
     size = manifest.size
@@ -480,7 +486,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     idle_cpu = {h.name: cpu_seconds(h.proc) for h in hosts}  # start-up, before the clock
     busy_before = cpu_busy()
     links = LinkMeter(rig, sys.executable, work / "links.jsonl")
-    t_swarm = swarm(rig, args, manifest, run, origin_url, origin, work / "start-gate")
+    t_swarm = swarm(rig, args, run, origin_url, origin, pulls)
     link_use = links.summary(args.rate_mbit, args.origin_rate_mbit, manifest.size)
     busy_after = cpu_busy()
     machine_busy = (busy_after[0] - busy_before[0]) / max(1, busy_after[1] - busy_before[1])
@@ -515,6 +521,7 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "value": round(t_swarm / bound, 3),
         "unit": "x S/B",
         "t_shipyard_s": round(t_swarm, 2),
+        "t_stores_s": round(run.stores_done or t_swarm, 2),
         "t_never_killed_hosts_s": round(run.survivors_done or t_swarm, 2),
         "bound_s": round(bound, 2),
         "origin_bytes_ratio": round(origin_bytes / size, 3),
@@ -546,27 +553,43 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         result["hops"] = hop_summary(records)
         if run.restarted_at is not None:
             result["restarts"] = restart_report(run, records)
-    say(f"swarm done in {t_swarm:.1f} s; origin sent {origin_bytes / size:.2f} x S")
-    if args.no_baseline:
-        return result
+    digest = sha256_file(work / "src" / "model.bin")
+    pulls.check([h.name for h in hosts if h.name not in run.dead], "model.bin", digest)
+    say(f"warm: every pull returned with its file in {t_swarm:.1f} s ({t_swarm / bound:.3f} x "
+        f"S/B; stores complete at {run.stores_done or t_swarm:.1f} s); origin sent "
+        f"{origin_bytes / size:.2f} x S")  # fmt: skip
+    if "cold" in args.modes:
+        if origin.poll() is not None:
+            origin = rig.spawn(origin_ns, http, origin_log)
+            time.sleep(1)
+        t_cold, cold_origin = cold(rig, args, run, origin_url, manifest, bound, digest)
+        result |= {
+            "cold_value": round(t_cold / bound, 3),
+            "t_cold_s": round(t_cold, 2),
+            "cold_origin_bytes_ratio": round(cold_origin, 3),
+        }
     for host in hosts:
         if host.proc:
             rig.kill(host.proc)
+        shutil.rmtree(host.dest, ignore_errors=True)  # room in /dev/shm for the baselines
+    if args.no_baseline:
+        return goals(result)
     if origin.poll() is not None:
         origin = rig.spawn(origin_ns, http, origin_log)
         time.sleep(1)
-    say(f"origin-only: {args.hosts} curl downloads of {base_mib} MiB ...")
-    measured = origin_only(rig, hosts, f"{origin_url}/baseline.bin", work)
-    t_origin = measured * args.size_mib / base_mib  # bandwidth-bound: linear in size
-    result |= {
-        "baseline": round(t_origin / bound, 3),
-        "ratio": round(t_origin / t_swarm, 3),
-        "t_origin_s": round(t_origin, 2),
-        "baseline_measured_mib": base_mib,
-    }
+    if not args.no_origin_only:
+        say(f"origin-only: {args.hosts} curl downloads of {base_mib} MiB ...")
+        measured = origin_only(rig, hosts, f"{origin_url}/baseline.bin", work)
+        t_origin = measured * args.size_mib / base_mib  # bandwidth-bound: linear in size
+        result |= {
+            "baseline": round(t_origin / bound, 3),
+            "ratio": round(t_origin / t_swarm, 3),
+            "t_origin_s": round(t_origin, 2),
+            "baseline_measured_mib": base_mib,
+        }
     if args.no_aria2 or not aria2_available():
         say("aria2 baseline skipped" + ("" if args.no_aria2 else ": aria2c is not installed"))
-        return result
+        return goals(result)
     for host in hosts:
         shutil.rmtree(host.store, ignore_errors=True)  # room in /dev/shm for aria2's copies
     say(f"aria2: a BitTorrent swarm of the {args.size_mib} MiB file on the same hosts ...")
@@ -583,8 +606,64 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "aria2_baseline": round(t_aria2 / bound, 3),
         "t_aria2_s": round(t_aria2, 2),
         "aria2_origin_wire_ratio": round(aria2_origin, 3),
+        "warm_vs_aria2": round(t_swarm / t_aria2, 3),
     }
+    if "cold" in args.modes:
+        result["cold_vs_aria2"] = round(t_cold / t_aria2, 3)
+    return goals(result)
+
+
+def cold(rig: Rig, args: argparse.Namespace, run: Run, origin_url: str, manifest: Manifest,
+         bound: float, digest: str) -> tuple[float, float]:  # fmt: skip
+    """Stop every daemon and empty its store, then start them all at the moment the pulls
+    start: seconds until the last pull returned, and the origin's bytes over S."""
+    for host in run.hosts:
+        if host.proc:
+            rig.kill(host.proc)
+        shutil.rmtree(host.store, ignore_errors=True)
+        shutil.rmtree(host.dest, ignore_errors=True)
+        host.seen.clear()
+        host.trace = None  # the hop summary is the warm run's
+    since = run.origin_log.stat().st_size
+    pulls = spawn_pulls(rig, run.hosts, manifest.id, "cold")
+    say(f"cold: {len(run.hosts)} daemons started with their pulls ...")
+    started = pulls.release()
+    for host in run.hosts:
+        start_daemon(rig, host, run.seeds, origin_url, daemon_flags(args))
+
+    def report() -> None:
+        held = [len(run.held(h)) / len(run.sizes) for h in run.hosts]
+        say(f"  t={time.time() - started:5.1f}s  mean {np.mean(held):6.1%}  min {min(held):6.1%}")
+
+    t_cold = pulls.wait([h.name for h in run.hosts], args.timeout, report) - started
+    pulls.check([h.name for h in run.hosts], "model.bin", digest)
+    origin = origin_piece_bytes(run.origin_log, run.sizes, since) / manifest.size
+    say(f"cold: every pull returned with its file in {t_cold:.1f} s ({t_cold / bound:.3f} x "
+        f"S/B); origin sent {origin:.2f} x S")  # fmt: skip
+    return t_cold, origin
+
+
+GOALS = (  # (figure, most, what) from issue 32, for the 16-host default
+    ("value", 1.35, "warm x S/B"),
+    ("cold_value", 1.5, "cold x S/B"),
+    ("warm_vs_aria2", 0.65, "warm / aria2"),
+    ("origin_bytes_ratio", 1.1, "origin bytes / S"),
+)
+
+
+def goals(result: dict[str, object]) -> dict[str, object]:
+    """Say each figure against its goal (on stderr), and return `result`."""
+    for key, most, what in GOALS:
+        figure = result.get(key)
+        if isinstance(figure, float | int):
+            verdict = "met" if figure <= most else "NOT met"
+            say(f"goal {what}: {figure:.3f} (at most {most}): {verdict}")
     return result
+
+
+def sha256_file(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 if __name__ == "__main__":
