@@ -14,7 +14,8 @@ from shipyard.checkpoint.flatten import unflatten
 from shipyard.checkpoint.manifest import CheckpointManifest, Committed, shard_path
 from shipyard.checkpoint.plan import Piece
 from shipyard.checkpoint.rng import restore_rng
-from shipyard.checkpoint.safetensors_io import read_safetensors
+from shipyard.checkpoint.safetensors_io import parse_safetensors, read_shard
+from shipyard.checkpoint.verify import check_stored
 from shipyard.errors import IntegrityError
 
 
@@ -65,13 +66,17 @@ def assemble(manifest: CheckpointManifest, batches: Iterable[Batch]) -> Loaded:
 
 
 def load_committed(checkpoint: Committed) -> Loaded:
-    """Load `checkpoint` from storage, one shard at a time, verifying each shard's SHA-256."""
+    """Load `checkpoint` from storage, one shard at a time, verifying each shard's SHA-256.
+
+    A shard that fails marks the checkpoint corrupt and raises `CorruptCheckpoint`."""
     manifest = checkpoint.manifest
 
     def batches() -> Iterable[Batch]:
         for shard in manifest.shards:
             path = shard_path(checkpoint.path, shard.file)
-            tensors = read_safetensors(path, shard.digest)
+            data = read_shard(path)
+            check_stored(checkpoint, shard, data, str(path))
+            tensors = parse_safetensors(data, str(path))
             yield str(path), [p for p in manifest.pieces if p.rank == shard.rank], tensors
 
     return assemble(manifest, batches())

@@ -10,7 +10,7 @@ the snapshot is a copy, so steps taken after `save` returns never leak into it.
 
 import hashlib
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -22,13 +22,14 @@ from shipyard.checkpoint.flatten import flatten
 from shipyard.checkpoint.handle import SaveHandle, SaveJob
 from shipyard.checkpoint.load import Loaded, load_committed
 from shipyard.checkpoint.manifest import (
+    CORRUPT,
     MANIFEST,
     CheckpointManifest,
     Committed,
     ShardRecord,
     commit,
-    latest_committed,
-    open_committed,
+    committed,
+    read_committed,
     shard_name,
     step_dir,
 )
@@ -38,6 +39,7 @@ from shipyard.checkpoint.publish import Publish, publish
 from shipyard.checkpoint.retention import Retention, apply_retention
 from shipyard.checkpoint.rng import capture_rng
 from shipyard.checkpoint.safetensors_io import raw_bytes, write_safetensors
+from shipyard.checkpoint.verify import CorruptCheckpoint, latest_committed
 from shipyard.durable import fsync_dir
 from shipyard.errors import InvalidInput, NotFound, StorageError
 from shipyard.hashing import canonical_json
@@ -180,6 +182,7 @@ class CheckpointManager:
             if self.rank == 0:  # a re-save of a step: uncommit the old one before shards change
                 directory.mkdir(exist_ok=True)
                 (directory / MANIFEST).unlink(missing_ok=True)
+                (directory / CORRUPT).unlink(missing_ok=True)  # the new bytes are not the bad ones
                 fsync_dir(directory)
         except Exception as exc:
             error = f"rank 0: {exc!r}"
@@ -266,25 +269,35 @@ class CheckpointManager:
 
     # Loading
 
-    def latest_committed(self) -> Committed | None:
-        return latest_committed(self.root)
+    def latest_committed(self, *, verify: bool = True) -> Committed | None:
+        """See `shipyard.checkpoint.latest_committed`."""
+        return latest_committed(self.root, verify=verify)
 
-    def load(self, which: Committed | int | None = None) -> Loaded:
-        """Load (verifying every shard's SHA-256) the given step, or the latest committed one."""
-        if which is None or isinstance(which, int):
-            found = (
-                self.latest_committed()
-                if which is None
-                else open_committed(step_dir(self.root, which))
-            )
-            if found is None:
-                raise NotFound(f"no committed checkpoint {which or ''} under {self.root}")
-            which = found
-        return load_committed(which)
+    def load(
+        self,
+        which: Committed | int | None = None,
+        on_corrupt: Callable[[CorruptCheckpoint], None] | None = None,
+    ) -> Loaded:
+        """Load (verifying every shard's SHA-256) the given step, or else the newest committed
+        one that verifies: each that does not is marked corrupt, passed to `on_corrupt`, and
+        the one before it is tried."""
+        if which is not None:  # asked for by number: its refusal is the answer, not a fallback
+            found = read_committed(step_dir(self.root, which)) if isinstance(which, int) else which
+            return load_committed(found)
+        for candidate in reversed(committed(self.root)):
+            try:
+                return load_committed(candidate)
+            except CorruptCheckpoint as exc:
+                if on_corrupt is not None:
+                    on_corrupt(exc)
+        raise NotFound(f"no committed checkpoint under {self.root} verifies")
 
-    def restore_from_peers(self, step: int | None = None) -> Loaded:
-        """The newest (or `step`'s) committed snapshot from peer memory, without storage."""
-        return restore_from_peers(self.peer_addresses, step)
+    def restore_from_peers(
+        self, step: int | None = None, manifest: CheckpointManifest | None = None
+    ) -> Loaded:
+        """The newest (or `step`'s) committed snapshot from peer memory, without storage; with
+        `manifest`, the peers' bytes are checked against that one (see `restore_from_peers`)."""
+        return restore_from_peers(self.peer_addresses, step, manifest)
 
     def close(self) -> None:
         try:

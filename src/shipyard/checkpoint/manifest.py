@@ -3,8 +3,9 @@
 Layout: `<root>/step-<10 digits>/shard-<rank>-of-<world>.safetensors` and `manifest.json`. The
 manifest is written (temp, fsync, rename, directory fsync) only after every shard is durable, so
 a crash at any moment leaves either a committed checkpoint or a directory without a manifest, which
-`committed` ignores. `committed` also checks that every listed shard has its recorded size; full
-SHA-256 verification happens on load (or `verify`).
+`committed` ignores. `committed` also checks that every listed shard has its recorded size and
+skips a checkpoint marked corrupt (`corrupt.json`, written when a shard failed its SHA-256); the
+full SHA-256 check is `verify` (on load, or by `latest_committed`).
 
 A manifest read back (from storage or a peer) is hostile until `from_json` has checked every
 field: shard files relative and inside the checkpoint, dtypes from a fixed list, shapes of
@@ -27,6 +28,7 @@ from shipyard.hashing import canonical_json
 FORMAT = 1
 KIND = "shipyard-checkpoint"
 MANIFEST = "manifest.json"
+CORRUPT = "corrupt.json"  # a committed checkpoint whose bytes failed verification: never loaded
 _PREFIX = "step-"
 
 # Bounds on what a manifest may claim: generous for any real run, small enough that sizes stay
@@ -76,6 +78,7 @@ class CheckpointManifest:
                         "rank": s.rank,
                         "size": s.digest.size,
                         "sha256": s.digest.sha256,
+                        **({"crc32": list(s.digest.crc32)} if s.digest.crc32 else {}),
                     }
                     for s in self.shards
                 ],
@@ -130,7 +133,8 @@ def commit(directory: Path, manifest: CheckpointManifest) -> Committed:
 
 def read_committed(directory: Path) -> Committed:
     """The committed checkpoint in `directory`, or why there is none: NotFound (no manifest),
-    InvalidInput (a manifest refused) or IntegrityError (a shard missing or of the wrong size)."""
+    InvalidInput (a manifest refused) or IntegrityError (a shard missing or of the wrong size,
+    or the checkpoint marked corrupt)."""
     path = directory / MANIFEST
     try:
         info = path.stat()
@@ -144,6 +148,8 @@ def read_committed(directory: Path) -> Committed:
     except OSError as exc:
         raise StorageError(f"cannot read {path}: {exc.strerror}") from None
     manifest = CheckpointManifest.from_json(raw, str(path))
+    if (directory / CORRUPT).exists():
+        raise IntegrityError(f"{directory} is marked corrupt (see {CORRUPT}): it is never loaded")
     for shard in manifest.shards:
         file = shard_path(directory, shard.file)
         if not file.is_file() or file.stat().st_size != shard.digest.size:
@@ -192,17 +198,8 @@ def step_dirs(root: Path) -> list[tuple[int, Path]]:
 
 
 def committed(root: Path) -> list[Committed]:
-    """Every committed, whole checkpoint under `root`, oldest first."""
+    """Every committed, whole checkpoint under `root`, oldest first (sizes checked, not hashes)."""
     return [c for _, path in step_dirs(root) if (c := open_committed(path)) is not None]
-
-
-def latest_committed(root: str | Path) -> Committed | None:
-    """The newest committed checkpoint under `root`; never a torn one."""
-    for _, path in reversed(step_dirs(Path(root))):
-        found = open_committed(path)
-        if found is not None:
-            return found
-    return None
 
 
 # Parsing: every check of a manifest read back lives below, and raises InvalidInput naming the
@@ -251,11 +248,19 @@ def _shards(f: Fields, items: list[Any], world: int) -> list[ShardRecord]:
         digest = f.text(f.get(obj, "sha256", name), f"{name}.sha256")
         if len(digest) != 64 or digest.strip("0123456789abcdef"):
             f.fail(f"{name}.sha256", f"expected 64 lowercase hex digits, got {digest[:80]!r}")
+        crcs = f.items(obj.get("crc32", []), f"{name}.crc32")
         shards.append(
             ShardRecord(
                 _relative_path(f, f.get(obj, "file", name), f"{name}.file"),
                 f.integer(f.get(obj, "rank", name), f"{name}.rank", 0, world - 1),
-                FileDigest(f.integer(f.get(obj, "size", name), f"{name}.size"), digest),
+                FileDigest(
+                    f.integer(f.get(obj, "size", name), f"{name}.size"),
+                    digest,
+                    tuple(
+                        f.integer(c, f"{name}.crc32[{j}]", 0, 0xFFFFFFFF)
+                        for j, c in enumerate(crcs)
+                    ),
+                ),
             )
         )
     if sorted(s.rank for s in shards) != list(range(world)):
@@ -345,9 +350,17 @@ def _check_fit(
     """Each shard's recorded size must hold the bytes of the pieces its rank wrote."""
     itemsize = {t.path: t.dtype.itemsize for t in tensors}
     held: dict[int, int] = defaultdict(int)
+    count: dict[int, int] = defaultdict(int)
     for piece in pieces:
         held[piece.rank] += (piece.stop - piece.start) * itemsize[piece.path]
+        count[piece.rank] += 1
     for i, shard in enumerate(shards):
+        if shard.digest.crc32 and len(shard.digest.crc32) != count[shard.rank]:
+            f.fail(
+                f"shards[{i}].crc32",
+                f"{len(shard.digest.crc32)} checksums for the {count[shard.rank]} pieces of rank "
+                f"{shard.rank}",
+            )
         if shard.digest.size < SAFETENSORS_PREFIX + held[shard.rank]:
             f.fail(
                 f"shards[{i}].size",

@@ -4,7 +4,8 @@ Every rank runs a `PeerMemory`, a small TCP server over the snapshots it holds, 
 owner rank): its own (no copy: the snapshot buffers themselves), its predecessor's (pushed to it
 after each save) and the committed manifest (owner -1). When one rank is lost, a replacement asks
 the owners, or for the lost one its successor, for every piece: `restore_from_peers` rebuilds the
-whole state without reading storage.
+whole state without reading storage. Every owner's bytes are checked against the SHA-256 of its
+shard in the manifest (the committed one from storage, when the caller passes it) before use.
 
 Wire format, both ways: 8-byte little-endian header length, a JSON header with `size`, then
 `size` payload bytes. Requests are `{"op": "put" | "get" | "steps", "step", "owner"}`.
@@ -21,7 +22,8 @@ import torch
 
 from shipyard.checkpoint.load import Batch, Loaded, assemble
 from shipyard.checkpoint.manifest import CheckpointManifest
-from shipyard.errors import IntegrityError, NotFound, StorageError
+from shipyard.checkpoint.verify import check_shard, rank_pieces
+from shipyard.errors import NotFound, StorageError
 
 MANIFEST_OWNER = -1
 MAX_HEADER_BYTES = 1 << 16  # requests and replies are a few small fields
@@ -147,12 +149,18 @@ def _fetch(addresses: Sequence[str], step: int, owner: int) -> bytearray:
     raise NotFound(f"no live peer among {list(addresses)} holds rank {owner}'s step {step}")
 
 
-def restore_from_peers(addresses: Sequence[str], step: int | None = None) -> Loaded:
-    """Rebuild the newest (or `step`'s) committed state from the peers' memory alone.
+def restore_from_peers(
+    addresses: Sequence[str], step: int | None = None, manifest: CheckpointManifest | None = None
+) -> Loaded:
+    """Rebuild the newest (or `step`'s, or `manifest`'s) committed state from the peers' memory.
 
-    `addresses[r]` is the peer memory of saving rank `r`; any one of them may be gone.
+    `addresses[r]` is the peer memory of saving rank `r`; any one of them may be gone. With
+    `manifest` (read from storage), the peers' bytes are checked against it, not against a
+    manifest the peers hold. Bytes that fail raise `CorruptCheckpoint`.
     """
-    if step is None:
+    if manifest is not None:
+        step = manifest.step
+    elif step is None:
         held: list[int] = []
         for address in addresses:
             try:
@@ -164,21 +172,21 @@ def restore_from_peers(addresses: Sequence[str], step: int | None = None) -> Loa
         if not held:
             raise NotFound(f"no live peer among {list(addresses)} holds a committed snapshot")
         step = max(held)
-    manifest = CheckpointManifest.from_json(
-        bytes(_fetch(addresses, step, MANIFEST_OWNER)), f"peer manifest of step {step}"
-    )
+    if manifest is None:
+        manifest = CheckpointManifest.from_json(
+            bytes(_fetch(addresses, step, MANIFEST_OWNER)), f"peer manifest of step {step}"
+        )
+    checked = manifest  # bound for the closure below, with its narrowed type
     world = manifest.world_size
-
     dtypes = {m.path: m.dtype for m in manifest.tensors}
+    shards = {s.rank: s for s in manifest.shards}
 
     def batch(owner: int) -> Batch:
         ring = [addresses[owner % len(addresses)], addresses[(owner + 1) % len(addresses)]]
         blob = _fetch(ring if world == len(addresses) else addresses, step, owner)
-        pieces = [p for p in manifest.pieces if p.rank == owner]
+        pieces = rank_pieces(checked, owner)
         source = f"peer snapshot of rank {owner}, step {step}"
-        expected = sum((p.stop - p.start) * dtypes[p.path].itemsize for p in pieces)
-        if len(blob) != expected:
-            raise IntegrityError(f"{source}: {len(blob)} bytes, the manifest says {expected}")
+        check_shard(checked, shards[owner], blob, source, header=False)
         data, at = {}, 0
         for p in pieces:  # the blob is the owner's pieces back to back, in manifest order
             count = p.stop - p.start

@@ -1,13 +1,15 @@
 """Write a safetensors file durably while hashing it; read one back after checking its hash.
 
 The writer emits the safetensors layout itself (8-byte header length, JSON header, raw bytes) so
-that tensors go from host memory to the file with no intermediate copy and are hashed on the way;
-the reader is the `safetensors` library. No pickle anywhere.
+that tensors go from host memory to the file with no intermediate copy and are hashed on the way:
+SHA-256 of the whole file (the integrity check) and a CRC-32 of each tensor (cheap, only to name
+which tensor a damaged file lost). The reader is the `safetensors` library. No pickle anywhere.
 """
 
 import hashlib
 import json
-from collections.abc import Iterator
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +45,7 @@ DTYPE_NAMES = {str(dtype).removeprefix("torch."): dtype for dtype in _DTYPES}
 class FileDigest:
     size: int
     sha256: str
+    crc32: tuple[int, ...] = ()  # of each tensor's bytes, in file order; () if not recorded
 
 
 def raw_bytes(tensor: torch.Tensor) -> memoryview:
@@ -50,48 +53,64 @@ def raw_bytes(tensor: torch.Tensor) -> memoryview:
     return tensor.view(torch.uint8).numpy().data if tensor.numel() else memoryview(b"")
 
 
-def write_safetensors(path: Path, tensors: list[tuple[str, torch.Tensor]]) -> FileDigest:
-    """Write `tensors` (contiguous, on the CPU) to `path` atomically and durably."""
+def header_prefix(entries: Sequence[tuple[str, torch.dtype, Sequence[int]]]) -> bytes:
+    """The bytes before the data: header length and JSON header of (name, dtype, shape)s.
+
+    A pure function of the entries, so a reader can rebuild it from the manifest alone.
+    """
     header: dict[str, object] = {}
     offset = 0
-    for name, tensor in tensors:
-        end = offset + tensor.numel() * tensor.element_size()
+    for name, dtype, shape in entries:
+        numel = 1
+        for dim in shape:
+            numel *= dim
+        end = offset + numel * dtype.itemsize
         header[name] = {
-            "dtype": _DTYPES[tensor.dtype],
-            "shape": list(tensor.shape),
+            "dtype": _DTYPES[dtype],
+            "shape": list(shape),
             "data_offsets": [offset, end],
         }
         offset = end
     head = json.dumps(header, separators=(",", ":")).encode()
     head += b" " * (-len(head) % 8)  # the data starts 8-byte aligned
-    prefix = len(head).to_bytes(8, "little") + head
+    return len(head).to_bytes(8, "little") + head
+
+
+def write_safetensors(path: Path, tensors: list[tuple[str, torch.Tensor]]) -> FileDigest:
+    """Write `tensors` (contiguous, on the CPU) to `path` atomically and durably."""
+    prefix = header_prefix([(name, t.dtype, tuple(t.shape)) for name, t in tensors])
     digest = hashlib.sha256(prefix)
+    crcs: list[int] = []
 
     def chunks() -> Iterator[memoryview | bytes]:
         yield prefix
         for _, tensor in tensors:
             data = raw_bytes(tensor)
             digest.update(data)  # hashed as it is written: no second read of the file
+            crcs.append(zlib.crc32(data))
             yield data
 
     write_chunks_atomic(path, chunks())
-    return FileDigest(len(prefix) + offset, digest.hexdigest())
+    size = len(prefix) + sum(t.numel() * t.element_size() for _, t in tensors)
+    return FileDigest(size, digest.hexdigest(), tuple(crcs))
 
 
-def read_safetensors(path: Path, expect: FileDigest) -> dict[str, torch.Tensor]:
-    """The tensors in `path`, after checking its size and SHA-256 against `expect`."""
+def read_shard(path: Path) -> bytes:
+    """A shard's bytes; NotFound or StorageError if they cannot be read."""
     try:
-        data = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise NotFound(f"checkpoint shard {path} is missing") from None
     except OSError as exc:
         raise StorageError(f"cannot read checkpoint shard {path}: {exc.strerror}") from None
-    if len(data) != expect.size or hashlib.sha256(data).hexdigest() != expect.sha256:
-        raise IntegrityError(
-            f"checkpoint shard {path} is corrupt: its size or SHA-256 does not match the manifest"
-        )
+
+
+def parse_safetensors(data: bytes, source: str) -> dict[str, torch.Tensor]:
+    """The tensors in `data`, whose hash the caller has checked."""
     try:
         loaded: dict[str, torch.Tensor] = safetensors.torch.load(data)
     except safetensors.SafetensorError as exc:  # the manifest vouched for bytes that do not parse
-        raise IntegrityError(f"checkpoint shard {path} is not a safetensors file: {exc}") from None
+        raise IntegrityError(
+            f"checkpoint shard {source} is not a safetensors file: {exc}"
+        ) from None
     return loaded
