@@ -279,7 +279,7 @@ class PeerDaemon:
             raise NotFound(f"artifact {artifact} is not held or being fetched here")
         return self.holdings[artifact].status() | {"boot": self.boot}
 
-    async def _on_materialize(self, header: Header, uid: int) -> dict[str, Any]:
+    async def _on_materialize(self, header: Header, uid: int | None) -> dict[str, Any]:
         """Write an artifact held or being fetched here into a directory, for a client on this
         host running as user `uid` (see `materialize`); the reply carries its status too."""
         holding = self.holdings.get(header["artifact"])

@@ -239,7 +239,9 @@ class Materializations:
         self.ctx = ctx
         self.jobs: dict[str, Job] = {}
 
-    async def ask(self, holding: Holding, header: dict[str, Any], uid: int) -> dict[str, Any]:
+    async def ask(
+        self, holding: Holding, header: dict[str, Any], uid: int | None
+    ) -> dict[str, Any]:
         """Start the job `header` describes, or follow it if it runs; the reply says how far
         it is, once it has ended or `header["wait"]` seconds have passed. A job that ended is
         forgotten once its end was told. Refusals come back as a failed job."""
@@ -271,7 +273,12 @@ class Materializations:
         for job in self.jobs.values():
             await job.stop()
 
-    def _start(self, holding: Holding, header: dict[str, Any], uid: int) -> Job:
+    def _start(self, holding: Holding, header: dict[str, Any], uid: int | None) -> Job:
+        if uid is None:
+            raise InvalidInput(
+                "materialize: only a client on this host, in this network namespace, may ask "
+                "(pull --dest needs the daemon of its own host)"
+            )
         if uid not in (os.geteuid(), 0):
             raise InvalidInput(
                 f"materialize: the client runs as uid {uid} and this daemon as uid "

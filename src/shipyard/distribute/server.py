@@ -34,7 +34,8 @@ _SLICE = 256 << 10
 _METRICS_LINE = re.compile(rb"GET /metrics(\?[!-~]*)? HTTP/1\.[01]")
 
 Handler = Callable[[Header, asyncio.StreamWriter], Awaitable[None]]
-LocalOp = Callable[[Header, int], Awaitable[Any]]  # (request, the requester's user id)
+# (request, the requester's user id: None when it is not on this host)
+LocalOp = Callable[[Header, int | None], Awaitable[Any]]
 
 
 def use_congestion_control(listener: socket.socket, name: str) -> str | None:
@@ -77,7 +78,7 @@ class Server:
     ) -> None:
         """`ops` maps the daemon's own operations (fetch, status, gossip, have) to coroutines;
         `held(artifact)` is the have-map bits of an artifact this peer holds, or None. `local`:
-        operations only a client on this host may ask for (materialize), told its user id."""
+        operations for clients on this host (materialize), told the client's user id."""
         self.ctx = ctx
         self.ops = ops
         self.local = local or {}
