@@ -1,0 +1,362 @@
+"""One running sandbox, seen from the host: exec, put and get files, destroy.
+
+The agent inside answers over a socket pair; the command's stdin, stdout and stderr are pipes
+made here per exec and handed in, so its output never passes through the agent and the output
+cap is enforced where the bytes arrive. Every agent reply is checked like any outside input.
+"""
+
+import base64
+import contextlib
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from shipyard.errors import Conflict, InvalidInput, StorageError
+from shipyard.sandbox.agent import WireError, recv_msg, send_msg
+from shipyard.sandbox.bwrap import ENV
+from shipyard.sandbox.cgroups import Confinement, Group
+from shipyard.sandbox.limits import Limits, Outcome, Result
+
+GRACE_S = 3.0  # past the timeout, how long the agent has to report before the sandbox goes
+DRAIN_S = 2.0  # after the agent reports, how long pipes may take to reach end of file
+MAX_REPLY = 1 << 16
+MAX_FILES_BYTES = 64 << 20
+
+
+@dataclass
+class Sandbox:
+    id: str
+    image_id: str
+    limits: Limits
+    confinement: Confinement
+    groups: list[Group]
+    process: subprocess.Popen[bytes]
+    sock: socket.socket
+    errors_fd: int  # bubblewrap's and the agent's own stderr (a pipe)
+    started: float = field(default_factory=time.monotonic)
+    ready_s: float = 0.0
+    dead: str = ""  # why it is gone, once it is
+    execs: int = 0
+    closer: Callable[["Sandbox"], None] | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Block until the agent says it is up; a sandbox that cannot start says why."""
+        try:
+            self.sock.settimeout(timeout)
+            reply, _ = recv_msg(self.sock, MAX_REPLY)
+            if reply.get("ready") is not True:
+                raise WireError(f"unexpected first message {str(reply)[:80]}")
+        except (OSError, WireError) as exc:
+            why = self._startup_errors() or str(exc)
+            self.destroy("failed to start")
+            raise StorageError(f"sandbox {self.id} did not start: {why}") from None
+        self.ready_s = time.monotonic() - self.started
+
+    def _startup_errors(self) -> str:
+        os.set_blocking(self.errors_fd, False)
+        with contextlib.suppress(OSError):
+            return os.read(self.errors_fd, 4096).decode(errors="replace").strip()
+        return ""
+
+    # Exec
+
+    def exec(
+        self,
+        argv: Sequence[str],
+        stdin: bytes = b"",
+        timeout: float = 10.0,
+        env: Mapping[str, str] | None = None,
+        cwd: str = "/work",
+    ) -> Result:
+        request = _exec_request(argv, timeout, env, cwd)
+        request["rlimits"] = self.confinement.rlimits(self.limits, timeout)
+        with self._lock:
+            if self.dead:
+                raise Conflict(f"sandbox {self.id} is closed ({self.dead})")
+            self.execs += 1
+            before = {g.hierarchy.controller: g.events() for g in self.groups}
+            started = time.monotonic()
+            io = _ExecIO(self, stdin, self.limits.output_bytes)
+            reply = io.run(request, deadline=started + timeout + GRACE_S)
+            after = {g.hierarchy.controller: g.events() for g in self.groups}
+            hits = {name for name in after if after[name] > before[name]}
+            return _result(self, reply, io, hits, time.monotonic() - started, timeout)
+
+    # Files
+
+    def put_files(self, files: Mapping[str, bytes], mode: int = 0o644) -> None:
+        """Write files into the writable layer; relative paths are under /work."""
+        total = 0
+        entries = []
+        for path, data in files.items():
+            _check_path(path)
+            total += len(data)
+            entries.append({"path": path, "data": base64.b64encode(data).decode(), "mode": mode})
+        if total > MAX_FILES_BYTES:
+            raise InvalidInput(f"put_files: {total} bytes is over the {MAX_FILES_BYTES} limit")
+        reply = self._call({"op": "put", "files": entries})
+        if reply.get("ok") is not True:
+            raise InvalidInput(f"put_files in sandbox {self.id}: {str(reply.get('error'))[:300]}")
+
+    def get_files(self, paths: Sequence[str], max_bytes: int | None = None) -> dict[str, bytes]:
+        """Read files from the sandbox (missing ones are left out), at most `max_bytes` in all."""
+        for path in paths:
+            _check_path(path)
+        budget = min(max_bytes or MAX_FILES_BYTES, MAX_FILES_BYTES)
+        reply = self._call({"op": "get", "paths": list(paths), "max_bytes": budget}, budget)
+        if "error" in reply:
+            raise InvalidInput(f"get_files in sandbox {self.id}: {str(reply['error'])[:300]}")
+        out: dict[str, bytes] = {}
+        try:
+            for entry in reply["files"]:
+                if entry["path"] not in paths:
+                    raise ValueError(f"a file that was not asked for: {str(entry['path'])[:80]}")
+                out[entry["path"]] = base64.b64decode(entry["data"], validate=True)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StorageError(f"get_files: sandbox {self.id} sent a bad reply ({exc})") from None
+        if sum(map(len, out.values())) > budget:
+            raise StorageError(f"get_files: sandbox {self.id} sent more than {budget} bytes")
+        return out
+
+    def _call(self, request: dict[str, Any], reply_bytes: int = 0) -> dict[str, Any]:
+        with self._lock:
+            if self.dead:
+                raise Conflict(f"sandbox {self.id} is closed ({self.dead})")
+            try:
+                self.sock.settimeout(30)
+                send_msg(self.sock, request)
+                reply, _ = recv_msg(self.sock, MAX_REPLY + 2 * reply_bytes)
+                return reply
+            except (OSError, WireError) as exc:
+                self.destroy(f"agent failed: {exc}")
+                raise StorageError(f"sandbox {self.id}: the agent failed ({exc})") from None
+
+    # End
+
+    def close(self) -> None:
+        """Destroy the sandbox and give back all it held."""
+        if self.closer is not None:
+            self.closer(self)
+        else:
+            self.destroy("closed by its driver")
+            self.release()
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def destroy(self, reason: str) -> None:
+        """Kill everything in the sandbox (idempotent; safe while an exec runs elsewhere)."""
+        if self.dead:
+            return
+        self.dead = reason
+        with contextlib.suppress(ProcessLookupError):
+            # --die-with-parent: the namespace's init dies with it, and so does all inside.
+            self.process.send_signal(signal.SIGKILL)
+        for group in self.groups:
+            group.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(5)
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def release(self) -> None:
+        """After `destroy` and once no exec runs: close the descriptors."""
+        with self._lock:
+            self.sock.close()
+            with contextlib.suppress(OSError):
+                os.close(self.errors_fd)
+
+
+def _check_path(path: Any) -> None:
+    if not isinstance(path, str) or not path or "\0" in path or ".." in path.split("/"):
+        raise InvalidInput(f"file path {str(path)[:100]!r}: expected a path without '..' or NUL")
+
+
+def _exec_request(
+    argv: Sequence[str], timeout: float, env: Mapping[str, str] | None, cwd: str
+) -> dict[str, Any]:
+    if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
+        raise InvalidInput("exec: argv must be a non-empty list of strings")
+    if any("\0" in a for a in argv):
+        raise InvalidInput("exec: argv may not contain NUL")
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise InvalidInput(f"exec: timeout must be a number of seconds, not {timeout!r}")
+    if not 0 < timeout <= 86400:
+        raise InvalidInput(f"exec: timeout {timeout} is outside (0, 86400] seconds")
+    merged = dict(ENV)
+    for key, value in (env or {}).items():
+        if not isinstance(key, str) or not isinstance(value, str) or "=" in key or not key:
+            raise InvalidInput(f"exec: environment entry {str(key)[:60]!r} is not NAME=text")
+        merged[key] = value
+    if not isinstance(cwd, str) or not cwd.startswith("/"):
+        raise InvalidInput(f"exec: cwd must be an absolute path, not {cwd!r}")
+    return {"op": "exec", "argv": list(argv), "env": merged, "cwd": cwd, "timeout": timeout}
+
+
+class _ExecIO:
+    """Feeds stdin, collects stdout and stderr up to the cap, and waits for the agent's report."""
+
+    def __init__(self, box: Sandbox, stdin: bytes, cap: int) -> None:
+        self.box = box
+        self.stdin = memoryview(stdin)
+        self.cap = cap
+        self.out = {1: bytearray(), 2: bytearray()}
+        self.over_cap = False
+        self.no_answer = ""  # why the agent gave no report
+
+    def run(self, request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+        pipes = [os.pipe() for _ in range(3)]
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
+        ours = {pipes[0][1]: 0, pipes[1][0]: 1, pipes[2][0]: 2}
+        sock = self.box.sock
+        try:
+            try:
+                sock.settimeout(GRACE_S)
+                send_msg(sock, request, fds=theirs)
+            finally:
+                for fd in theirs:
+                    os.close(fd)
+            return self._loop(ours, deadline)
+        except (OSError, WireError) as exc:
+            self.no_answer = f"the sandbox's agent went away ({exc})"
+            return None
+        finally:
+            for fd in ours:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def _loop(self, ours: dict[int, int], deadline: float) -> dict[str, Any] | None:
+        sock = self.box.sock
+        with selectors.DefaultSelector() as selector:
+            for fd, stream in ours.items():
+                os.set_blocking(fd, False)
+                if stream or self.stdin:
+                    selector.register(
+                        fd, selectors.EVENT_WRITE if stream == 0 else selectors.EVENT_READ
+                    )
+                else:
+                    os.close(fd)
+            selector.register(sock, selectors.EVENT_READ)
+            reply = None
+            while reply is None or len(selector.get_map()) > 0:
+                wait = deadline - time.monotonic()
+                if wait <= 0:
+                    if reply is None:
+                        self.no_answer = "timeout"
+                        self.box.destroy("the agent did not report within the timeout")
+                    return reply
+                for key, _ in selector.select(wait):
+                    if key.fileobj is sock:
+                        reply, _ = recv_msg(sock, MAX_REPLY)
+                        selector.unregister(sock)
+                        deadline = min(deadline, time.monotonic() + DRAIN_S)
+                    elif ours[key.fd] == 0:
+                        self._feed(selector, key.fd)
+                    else:
+                        self._read(selector, key.fd, ours[key.fd])
+        return reply
+
+    def _feed(self, selector: selectors.BaseSelector, fd: int) -> None:
+        try:
+            sent = os.write(fd, self.stdin[:65536])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:  # the command closed its stdin
+            sent = len(self.stdin)
+        self.stdin = self.stdin[sent:]
+        if not self.stdin:
+            selector.unregister(fd)
+            os.close(fd)
+
+    def _read(self, selector: selectors.BaseSelector, fd: int, stream: int) -> None:
+        try:
+            data = os.read(fd, 1 << 16)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not data:
+            selector.unregister(fd)
+            return
+        if self.over_cap:
+            return  # discard: the kill is on its way
+        room = self.cap - len(self.out[1]) - len(self.out[2])
+        self.out[stream] += data[: max(room, 0)]
+        if len(data) > room:
+            self.over_cap = True
+            send_msg(self.box.sock, {"op": "kill"})
+
+
+def _result(
+    box: Sandbox,
+    reply: dict[str, Any] | None,
+    io: _ExecIO,
+    hits: set[str],
+    seconds: float,
+    timeout: float,
+) -> Result:
+    report = _checked(reply)
+    exit_code, sig = report.get("exit"), report.get("signal")
+    caps = box.limits
+    if io.over_cap:
+        outcome, detail = Outcome.OUTPUT_LIMIT, f"output passed {caps.output_bytes} bytes; killed"
+    elif "memory" in hits:
+        outcome, detail = Outcome.MEMORY_LIMIT, f"memory cap {caps.memory_mib} MiB: OOM kill"
+    elif "pids" in hits:
+        outcome, detail = Outcome.PIDS_LIMIT, f"process cap {caps.pids}: a fork was refused"
+    elif report.get("timed_out") or io.no_answer == "timeout":
+        outcome, detail = Outcome.TIMEOUT, f"still running after {timeout} s; killed"
+    elif report.get("disk_full") and exit_code != 0:
+        outcome, detail = Outcome.DISK_LIMIT, f"the {caps.disk_mib} MiB writable layer is full"
+    elif reply is None:
+        outcome, detail = Outcome.KILLED, box.dead or io.no_answer
+    elif sig is not None:
+        outcome, detail = Outcome.KILLED, f"ended by {_signal_name(sig)}"
+    elif exit_code != 0:
+        outcome, detail = Outcome.NONZERO_EXIT, f"exit status {exit_code}"
+    else:
+        outcome, detail = Outcome.OK, ""
+    if reply is None:
+        box.destroy(box.dead or io.no_answer or "the agent died")
+    return Result(
+        outcome,
+        exit_code if reply is not None else None,
+        sig,
+        bytes(io.out[1]),
+        bytes(io.out[2]),
+        seconds,
+        detail,
+        report.get("leftover", 0),
+    )
+
+
+_REPORT_INTS = {"exit": (0, 255), "signal": (1, 128), "leftover": (0, 1 << 20)}
+
+
+def _checked(reply: dict[str, Any] | None) -> dict[str, Any]:
+    """The agent's report with each field of the right type and range; anything else dropped."""
+    out: dict[str, Any] = {}
+    for name, (low, high) in _REPORT_INTS.items():
+        value = (reply or {}).get(name)
+        if type(value) is int and low <= value <= high:
+            out[name] = value
+    for name in ("timed_out", "disk_full"):
+        if type((reply or {}).get(name)) is bool:
+            out[name] = (reply or {})[name]
+    return out
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"

@@ -1,0 +1,96 @@
+"""Starting a sandbox: the bubblewrap command line and the process that runs it.
+
+Every sandbox gets new user, PID, IPC, UTS, mount, network and cgroup namespaces (`--unshare-all`:
+its network is a loopback of its own and nothing else), no further user namespaces
+(`--disable-userns`), a new session (no terminal to inject into), the seccomp filter, the image's
+read-only binds under a root that is itself remounted read-only, fresh /proc and /dev, and one
+writable tmpfs of the disk cap at /work (/tmp points into it). bubblewrap and everything under it
+die with the process that started them (`--die-with-parent`), so a service killed outright takes
+its sandboxes with it; the reaper removes what that leaves (cgroups, records).
+
+When the service runs as root, bubblewrap runs as `nobody`: a sandbox is an unprivileged user's
+user namespace, whose uid maps to no one on the host.
+"""
+
+import os
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from shipyard.sandbox import agent, seccomp
+from shipyard.sandbox.cgroups import Group
+from shipyard.sandbox.image import Image
+from shipyard.sandbox.limits import Limits
+
+SANDBOX_UID = 1000  # the uid inside; outside it is the service's (or nobody's)
+NOBODY = 65534
+AGENT_PATH = "/.shipyard/agent.py"
+ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8"}
+MARKER = "SHIPYARD_SANDBOX"
+_AGENT_SOURCE = Path(agent.__file__).read_bytes()
+_SECCOMP = seccomp.program()
+
+
+def argv(image: Image, limits: Limits, fds: dict[str, int]) -> list[str]:
+    words = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns"]
+    words += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+    words += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--clearenv"]
+    for name, value in ENV.items():
+        words += ["--setenv", name, value]
+    words += image.args()
+    words += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+    words += ["--size", str(limits.disk_mib << 20), "--tmpfs", "/work"]
+    words += ["--dir", "/work/.tmp", "--symlink", "/work/.tmp", "/tmp"]
+    words += ["--ro-bind-data", str(fds["agent"]), AGENT_PATH, "--remount-ro", "/"]
+    words += ["--seccomp", str(fds["seccomp"]), "--chdir", "/work"]
+    return [*words, "python3", "-I", "-S", AGENT_PATH, str(fds["socket"])]
+
+
+def _readable_pipe(data: bytes) -> int:
+    """A pipe holding `data` (a few KiB: it fits the pipe buffer), its write end closed."""
+    read, write = os.pipe()
+    try:
+        os.write(write, data)
+    finally:
+        os.close(write)
+    return read
+
+
+def start(
+    image: Image,
+    limits: Limits,
+    groups: Sequence[Group],
+    socket_fd: int,
+    stderr: int,
+    tag: str,
+) -> subprocess.Popen[bytes]:
+    """Start bubblewrap inside `groups` (joined before it runs, so all its children are in them).
+
+    `tag` goes in bubblewrap's environment as MARKER (the sandboxed command gets a clean one), so
+    a process left by any sandbox of this host can be found and counted from /proc."""
+    fds = {"agent": _readable_pipe(_AGENT_SOURCE), "seccomp": _readable_pipe(_SECCOMP)}
+    fds["socket"] = socket_fd
+    joins = [os.open(g.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for g in groups]
+
+    def join() -> None:  # in the child, before exec: "0" is the writing process itself
+        for fd in joins:
+            os.write(fd, b"0")
+
+    as_root = os.geteuid() == 0
+    try:
+        return subprocess.Popen(
+            argv(image, limits, fds),
+            pass_fds=list(fds.values()),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            cwd="/",
+            env={**os.environ, MARKER: tag},
+            user=NOBODY if as_root else None,
+            group=NOBODY if as_root else None,
+            extra_groups=[] if as_root else None,
+            preexec_fn=join if joins else None,
+        )
+    finally:
+        for fd in [fds["agent"], fds["seccomp"], *joins]:
+            os.close(fd)

@@ -1,0 +1,188 @@
+"""`shipyard sandbox serve`: the manager behind a Unix socket, so many drivers share one pool.
+
+The socket is `<home>/sandbox/sandbox.sock` in a directory only the service's user may enter: who
+can connect can run code as the sandbox user, so the file system's permissions are the gate. One
+service per home (a lock file says so). Frames are the agent's wire format; a request is
+`{"op": ..., ...}`, a reply is the result or `{"error": message, "code": exit code}`.
+Optionally Prometheus metrics on loopback HTTP (`GET /metrics`, behind `shipyard.httpguard`).
+"""
+
+import base64
+import contextlib
+import fcntl
+import logging
+import os
+import socketserver
+import threading
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import generate_latest
+
+from shipyard.errors import Conflict, InvalidInput, ShipyardError
+from shipyard.httpguard import Guard, GuardedHandler, Raw, is_loopback
+from shipyard.prometheus import snapshot_registry
+from shipyard.sandbox.agent import WireError, recv_msg, send_msg
+from shipyard.sandbox.limits import Limits
+from shipyard.sandbox.manager import FAMILIES, Manager
+
+MAX_REQUEST = 96 << 20  # a put of the largest file set, base64-encoded
+log = logging.getLogger("shipyard.sandbox")
+
+
+def socket_path(home: Path) -> Path:
+    return home / "sandbox" / "sandbox.sock"
+
+
+def _files(raw: Any) -> dict[str, bytes]:
+    if not isinstance(raw, dict):
+        raise InvalidInput("put: files must be an object of path → base64 data")
+    try:
+        return {str(path): base64.b64decode(data, validate=True) for path, data in raw.items()}
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"put: file data is not base64 ({exc})") from None
+
+
+def _stdin(raw: Any) -> bytes:
+    try:
+        return base64.b64decode(raw or "", validate=True)
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"exec: stdin is not base64 ({exc})") from None
+
+
+def handle(manager: Manager, request: dict[str, Any]) -> Any:
+    """One request → its reply; errors as Shipyard's own (the caller turns them into replies)."""
+    op = request.get("op")
+    if op == "create":
+        limits = Limits.from_json(request.get("limits"))
+        return manager.create(
+            request.get("image", "host"), limits, request.get("ttl_s"), request.get("lease_s")
+        )
+    if op == "exec":
+        result = manager.exec(
+            request.get("id"),
+            request.get("argv"),  # checked by Sandbox.exec
+            stdin=_stdin(request.get("stdin")),
+            timeout=request.get("timeout", 10.0),
+            env=request.get("env"),
+            cwd=request.get("cwd", "/work"),
+        )
+        return result.to_json()
+    if op == "put":
+        mode = request.get("mode", 0o644)
+        if type(mode) is not int or not 0 <= mode <= 0o777:
+            raise InvalidInput(f"put: mode must be a permission number, not {mode!r}")
+        manager.sandbox(request.get("id")).put_files(_files(request.get("files")), mode)
+        return {}
+    if op == "get":
+        paths, budget = request.get("paths"), request.get("max_bytes")
+        if not isinstance(paths, list) or (budget is not None and type(budget) is not int):
+            raise InvalidInput("get: paths must be a list and max_bytes an integer")
+        got = manager.sandbox(request.get("id")).get_files(paths, budget)
+        return {"files": {path: base64.b64encode(data).decode() for path, data in got.items()}}
+    if op == "heartbeat":
+        ids = request.get("ids")
+        if not isinstance(ids, list):
+            raise InvalidInput("heartbeat: ids must be a list")
+        return {"gone": manager.heartbeat(ids)}
+    if op == "close":
+        manager.close(request.get("id"))
+        return {}
+    if op == "status":
+        return manager.status()
+    if op == "metrics":
+        return {"text": generate_latest(_registry(manager)).decode()}
+    raise InvalidInput(f"unknown request {str(op)[:40]!r}")
+
+
+def _registry(manager: Manager) -> Any:
+    return snapshot_registry(FAMILIES, manager.samples)
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    server: "_Server"
+
+    def handle(self) -> None:
+        while True:
+            try:
+                request, _ = recv_msg(self.request, MAX_REQUEST)
+            except (OSError, WireError):
+                return  # the driver went away or broke the format: drop the connection
+            try:
+                reply = {"ok": handle(self.server.manager, request)}
+            except ShipyardError as exc:
+                reply = {"error": str(exc), "code": exc.exit_code}
+            except Exception:  # a bug: log it, tell the client no more than that
+                log.exception("sandbox request %s failed", str(request.get("op"))[:40])
+                reply = {"error": "internal error (see the service's log)", "code": 1}
+            try:
+                send_msg(self.request, reply)
+            except OSError:
+                return
+
+
+class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = True
+    manager: Manager
+
+
+def _metrics_server(manager: Manager, listen: str, home: Path) -> ThreadingHTTPServer:
+    host, _, port = listen.rpartition(":")
+    if not is_loopback(host) or not port.isdigit():
+        raise InvalidInput(f"--metrics-listen {listen!r}: expected a loopback HOST:PORT")
+    guard = Guard.start("sandbox", home, host)
+
+    class Handler(GuardedHandler):
+        def route(self, method: str, parts: list[str], query: Any, body: Any) -> Any:
+            if method == "GET" and parts == ["metrics"]:
+                return Raw(generate_latest(_registry(manager)), "text/plain; version=0.0.4")
+            raise InvalidInput("only GET /metrics is served here")
+
+    Handler.guard = guard
+    server = ThreadingHTTPServer((host, int(port)), Handler)
+    threading.Thread(target=server.serve_forever, name="sandbox-metrics", daemon=True).start()
+    return server
+
+
+def serve(
+    home: Path,
+    make_manager: Callable[[], Manager],
+    metrics_listen: str | None = None,
+    on_ready: Callable[[Manager, Path], None] | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """Serve until `stop` is set (or forever); one service per home."""
+    folder = home / "sandbox"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.chmod(0o700)
+    lock = os.open(folder / "service.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(lock)
+        raise Conflict(
+            f"a sandbox service already runs for {home} (lock {folder}/service.lock)"
+        ) from None
+    path = socket_path(home)
+    path.unlink(missing_ok=True)  # left by a service that died: the lock proves none runs
+    manager = make_manager()
+    server = _Server(str(path), _Handler)
+    server.manager = manager
+    metrics = _metrics_server(manager, metrics_listen, home) if metrics_listen else None
+    if on_ready:
+        on_ready(manager, path)
+    thread = threading.Thread(target=server.serve_forever, name="sandbox-serve", daemon=True)
+    thread.start()
+    try:
+        (stop or threading.Event()).wait()
+    finally:
+        server.shutdown()
+        server.server_close()
+        if metrics:
+            metrics.shutdown()
+        manager.shutdown()
+        path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            os.close(lock)
