@@ -95,3 +95,34 @@ def test_nan_rolls_back_and_skips_the_window(home: Path, token_data: Path):
     finally:
         ws.close()
     assert json.loads((run_dir(run_id) / "anomaly-attempt-0.json").read_text())["data_step"] == 13
+
+
+def test_corrupt_newest_checkpoint_every_rank_killed_recovers_from_the_one_before(
+    baseline: str, token_data: Path
+):
+    # At step 25 rank 0 flips one bit of its shard of checkpoint 20, then every rank dies.
+    faults = [
+        {"kind": "corrupt", "rank": 0, "step": 25, "attempt": 0},
+        {"kind": "kill", "rank": 0, "step": 25, "attempt": 0},
+        {"kind": "kill", "rank": 1, "step": 25, "attempt": 0},
+    ]
+    run_id, state = train(make_config(token_data, chaos={"faults": faults}))
+    assert state == "succeeded"
+    assert [f["kind"] for f in events(run_id, "failure")] == ["crash"]  # one, not a retry loop
+
+    # The corrupt checkpoint is named down to the file and piece, and was not loaded.
+    (corrupt,) = events(run_id, "corrupt-checkpoint")
+    assert corrupt["step"] == 20 and corrupt["attempt"] == 1
+    assert corrupt["file"].endswith("step-0000000020/shard-00000-of-00002.safetensors")
+    assert "@" in corrupt["piece"]  # a piece of a tensor ("<path>@<start>"), not the header
+    ready = [e for e in events(run_id, "ready") if e["attempt"] == 1]
+    assert {e["step"] for e in ready} == {10}
+    assert {e["restored_from"] for e in ready} == {"storage"}
+
+    # Resumed from step 10: the same losses, bit for bit, as the clean run from that step on.
+    losses, clean = final_losses(run_id), final_losses(baseline)
+    assert sorted(losses) == list(range(1, 41))
+    assert {s: losses[s] for s in range(11, 41)} == {s: clean[s] for s in range(11, 41)}
+    assert model_digest(run_id) == model_digest(baseline)
+    # Step 20 was saved again, whole: the mark went with the bad bytes.
+    assert not (run_dir(run_id) / "checkpoints" / "step-0000000020" / "corrupt.json").exists()

@@ -13,7 +13,8 @@ from typing import Any, TypeVar
 
 from shipyard.errors import InvalidInput
 
-FAULT_KINDS = ("kill", "hang", "straggler", "nan")
+FAULT_KINDS = ("kill", "hang", "straggler", "nan")  # random (chaos.kinds) or scripted
+SCRIPTED_KINDS = (*FAULT_KINDS, "corrupt")  # corrupt: flip a bit in the newest checkpoint
 
 
 @dataclass(frozen=True)
@@ -124,7 +125,7 @@ class Fault:
     data_step: int = -1
 
     def validate(self) -> None:
-        _check(self.kind in FAULT_KINDS, "chaos.faults.kind", f"must be one of {FAULT_KINDS}")
+        _check(self.kind in SCRIPTED_KINDS, "chaos.faults.kind", f"must be one of {SCRIPTED_KINDS}")
         _check(min(self.rank, self.step, self.attempt) >= 0, "chaos.faults", "must be >= 0")
 
 

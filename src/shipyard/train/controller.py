@@ -3,9 +3,12 @@
 pending → starting → running → restarting → … → succeeded | failed. Every attempt gets a fresh
 rendezvous (a new store on a new port, hosted by its rank 0) and new rank processes, taken from
 warm spares; they restore the latest committed checkpoint, from the previous attempt's peer memory
-when its survivors still hold it. Failures (a rank exiting, a collective error, a hang, a NaN or
-loss spike) are counted in a sliding window; past `max_failures` the run fails with the reason.
-The run row is saved every half second, so a restarted controller re-attaches to live ranks.
+when its survivors still hold it, else the newest stored one that verifies (a corrupt one is marked
+by the rank that found it; the controller records each mark as a `corrupt-checkpoint` event naming
+the file and piece). Chaos is armed once an attempt has completed its first step. Failures (a rank
+exiting, a collective error, a hang, a NaN or loss spike) are counted in a sliding window; past
+`max_failures` the run fails with the reason. The run row is saved every half second, so a
+restarted controller re-attaches to live ranks.
 """
 
 import os
@@ -14,7 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from shipyard.checkpoint import latest_committed
+from shipyard.checkpoint import corrupt_marks, latest_committed
 from shipyard.train.attempt import Attempt
 from shipyard.train.chaos import Chaos
 from shipyard.train.config import TrainConfig
@@ -63,6 +66,10 @@ class Controller:
         self.metrics = MetricsServer(self._samples, c.metrics_port) if c.metrics_port >= 0 else None
         self.steps = StepLog(self.run_dir / "steps.csv")
         self._saved_at = 0.0
+        self.marks_seen = {
+            (e.detail.get("step"), e.detail.get("marked_at"))
+            for e in self.table.events(run_id, "corrupt-checkpoint")
+        }
 
     # The loop
 
@@ -115,6 +122,7 @@ class Controller:
             return
         a.record(beat)
         if beat.kind == "ready":
+            self._report_corrupt()
             where = {"rank": beat.rank, "step": beat.step, **beat.fields}
             self.table.event(self.run.run_id, "ready", attempt=a.number, **where)
         if beat.kind == "step":
@@ -122,7 +130,6 @@ class Controller:
         if self.run.state == "starting" and a.global_step() >= 0:
             self._set_state("running")
             self.hang.reset(time.time())
-            self.chaos.arm(time.time())
 
     def _on_step(self, a: Attempt, beat: Beat) -> None:
         f = beat.fields
@@ -142,6 +149,9 @@ class Controller:
                 rank.kill()
             self.lingering = []
             self.pool.fill()
+            # Faults strike an attempt that is training: one that has not yet completed a step
+            # would leave no step to measure its restart by.
+            self.chaos.arm(time.time())
 
     # Failure detection
 
@@ -231,6 +241,7 @@ class Controller:
             **detail,
         )
         self.say(f"failure: {kind} in attempt {a.number} ({detail}); committed step {committed}")
+        self._report_corrupt()
         self.chaos.disarm()
         if kind == "anomaly":
             self._rollback(a, committed)
@@ -323,6 +334,7 @@ class Controller:
             lr_scale=self.run.lr_scale,
             mtbf_s=mtbf(self.run, self.ledger, time.time()),
         )
+        warm = self.pool.warm()
         ranks = launch(self.pool, job)
         self.attempt = Attempt(self.run.attempt, ranks)
         self.run.rank_pids = [r.ident.to_record() for r in ranks]
@@ -335,6 +347,7 @@ class Controller:
             store_port=port,
             pids=self.run.rank_pids,
             peer_restore=bool(peers),
+            cold_ranks=max(0, self.run.world_size - warm),  # not warm: waits for a warm-up
             skips=self.run.skips,
         )
         self._set_state("starting")
@@ -364,8 +377,23 @@ class Controller:
         return metric_samples(self.run, per_rank, self.straggler_count)
 
     def _committed(self) -> int:
-        found = latest_committed(checkpoint_root(self.run_dir))
+        # Bookkeeping, often: sizes and corrupt marks only; the ranks verify what they load.
+        found = latest_committed(checkpoint_root(self.run_dir), verify=False)
         return found.manifest.step if found else 0
+
+    def _report_corrupt(self) -> None:
+        """One event per checkpoint a rank marked corrupt: its step, file and piece."""
+        for mark in corrupt_marks(checkpoint_root(self.run_dir)):
+            key = (mark.get("step"), mark.get("marked_at"))
+            if key in self.marks_seen:
+                continue
+            self.marks_seen.add(key)
+            attempt = self.attempt.number if self.attempt else self.run.attempt
+            self.table.event(self.run.run_id, "corrupt-checkpoint", attempt=attempt, **mark)
+            self.say(
+                f"corrupt checkpoint of step {mark.get('step')}: {mark.get('file')}, "
+                f"piece {mark.get('piece')!r}; recovering from an earlier one"
+            )
 
     # Endings and bookkeeping
 

@@ -3,13 +3,15 @@
 Signals: SIGUSR1 dumps every thread's Python stack (faulthandler, which works even while the main
 thread is blocked inside a collective), SIGUSR2 makes the rank stop progressing (a hang),
 SIGRTMIN+1 slows it 1.5× (a straggler), SIGRTMIN+2 poisons its next loss with NaN. Kills need no
-help from the rank: the controller sends SIGKILL.
+help from the rank: the controller sends SIGKILL. A scripted `corrupt` fault flips one bit in the
+middle of this rank's shard of the newest committed checkpoint (bit rot, for verified recovery).
 """
 
 import faulthandler
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import IO
@@ -28,10 +30,18 @@ class FaultState:
     """What has been done to this rank; the training loop consults it every step."""
 
     def __init__(
-        self, rank: int, attempt: int, faults: tuple[Fault, ...], stack_file: Path
+        self,
+        rank: int,
+        attempt: int,
+        faults: tuple[Fault, ...],
+        stack_file: Path,
+        checkpoints: Path,
+        settle: Callable[[], object],
     ) -> None:
         self.rank = rank
         self.attempt = attempt
+        self.checkpoints = checkpoints
+        self.settle = settle  # waits for the save in flight, so "newest" means committed
         self.faults = [f for f in faults if f.rank == rank]
         self.hung = False
         self.slow = False
@@ -57,6 +67,9 @@ class FaultState:
             self.slow = True
         elif kind == "nan":
             self.poison = True
+        elif kind == "corrupt":
+            self.settle()
+            flip_a_bit(self.checkpoints, self.rank)
 
     def before_step(self, step: int, data_step: int) -> None:
         """Fire the scripted faults due at this step, then stall here if hung."""
@@ -88,3 +101,18 @@ def stop_progressing() -> None:
     """A hung rank: alive, beating, but never reaching the next collective."""
     while True:
         time.sleep(3600)
+
+
+def flip_a_bit(checkpoints: Path, rank: int) -> None:
+    """Flip one bit in the middle of `rank`'s shard of the newest committed checkpoint."""
+    from shipyard.checkpoint import latest_committed  # torch: only for a rank that needs it
+
+    found = latest_committed(checkpoints, verify=False)
+    if found is None:
+        return
+    shard = next(s for s in found.manifest.shards if s.rank == rank)
+    with open(found.path / shard.file, "r+b") as file:
+        file.seek(shard.digest.size // 2)
+        byte = file.read(1)[0]
+        file.seek(shard.digest.size // 2)
+        file.write(bytes([byte ^ 0x04]))

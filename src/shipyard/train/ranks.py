@@ -90,6 +90,12 @@ class SparePool:
         while len(self._ready) < self.size:
             self._ready.append(spawn_worker(self.log_dir))
 
+    def warm(self) -> int:
+        """How many spares are warm now (a launch beyond that waits for a warm-up)."""
+        return sum(
+            p.poll() is None and warm_marker(self.log_dir, p.pid).exists() for p in self._ready
+        )
+
     def warming(self) -> bool:
         """Whether a spare is still paying its start-up: on a host whose cores the ranks share,
         it takes CPU from them meanwhile."""

@@ -4,7 +4,9 @@ Started by the controller (fresh, or as a warm spare that already imported torch
 `Assignment`. Rank 0 hosts this attempt's own rendezvous store on a port the controller picked, so
 no attempt ever reads another's leftovers. On start the rank restores the latest committed
 checkpoint, from its peers' memory when the previous attempt's ranks still hold it, else from
-storage. Exit codes: 0 done, `EXIT_ANOMALY` after a NaN or loss spike (the step is not applied).
+storage: the newest committed checkpoint whose bytes verify (a corrupt one is marked, and the one
+before it tried), and every rank must have restored the same step. Exit codes: 0 done,
+`EXIT_ANOMALY` after a NaN or loss spike (the step is not applied).
 """
 
 import gc
@@ -27,8 +29,15 @@ from torch._C._distributed_c10d import GradBucket
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
 
-from shipyard.checkpoint import CheckpointManager, Loaded, Retention, latest_committed
+from shipyard.checkpoint import (
+    CheckpointManager,
+    CorruptCheckpoint,
+    Loaded,
+    Retention,
+    latest_committed,
+)
 from shipyard.checkpoint import restore_from_peers as peer_restore
+from shipyard.errors import IntegrityError, NotFound
 from shipyard.loader import LoaderSpec, Sampler, Source
 from shipyard.train.config import ModelConfig, TrainConfig
 from shipyard.train.faults import FaultState
@@ -85,7 +94,14 @@ class Rank:
         self.cfg = TrainConfig.from_dict(job.config)
         run_dir = Path(job.run_dir)
         stacks = run_dir / "stacks" / f"attempt-{job.attempt}-rank-{job.rank}.txt"
-        self.faults = FaultState(job.rank, job.attempt, self.cfg.chaos.faults, stacks)
+        self.faults = FaultState(
+            job.rank,
+            job.attempt,
+            self.cfg.chaos.faults,
+            stacks,
+            checkpoint_root(job.run_dir),
+            settle=lambda: self.manager.wait(),
+        )
         self.beats = Sender(
             (job.host, job.heartbeat_port),
             job.rank,
@@ -147,6 +163,7 @@ class Rank:
         self.sampler = Sampler(loader_spec(cfg, job.data_path, job.skips))
         self.phase("sampler")
         loaded = self.restore()
+        self.agree(loaded.step if loaded else 0)
         if loaded is not None:
             self.model.load_state_dict(loaded.state["model"])
             self.optim.load_state_dict(loaded.state["optim"])
@@ -170,19 +187,40 @@ class Rank:
         self._phase_start = now
 
     def restore(self) -> Loaded | None:
-        stored = latest_committed(checkpoint_root(self.job.run_dir))
+        """The newest committed state that verifies: from the peers' memory when they hold it
+        (checked against the stored manifest's hashes), else from storage, falling back past
+        corrupt checkpoints (each marked, for the controller to report)."""
         self.restored_from = "none"
+        stored = latest_committed(checkpoint_root(self.job.run_dir), verify=False)
         if stored is None:
             return None
         if self.job.peers:
             try:
-                loaded = peer_restore(self.job.peers, stored.manifest.step)
+                loaded = peer_restore(self.job.peers, manifest=stored.manifest)
                 self.restored_from = "peers"
                 return loaded
             except Exception as exc:  # any peer trouble: storage has the same bits
                 print(f"peer restore failed, loading from storage: {exc!r}", file=sys.stderr)
         self.restored_from = "storage"
-        return self.manager.load(stored)
+
+        def corrupt(exc: CorruptCheckpoint) -> None:
+            print(f"passing over a corrupt checkpoint: {exc}", file=sys.stderr)
+
+        try:
+            return self.manager.load(on_corrupt=corrupt)
+        except NotFound:  # every committed checkpoint failed: start from scratch, loudly
+            self.restored_from = "none (every checkpoint corrupt)"
+            return None
+
+    def agree(self, step: int) -> None:
+        """Every rank must resume from the same step (a shard readable by one rank but not by
+        another would split them): else this attempt fails, and the next one re-reads."""
+        steps = torch.tensor([step, -step], dtype=torch.int64)
+        dist.all_reduce(steps, op=dist.ReduceOp.MAX)
+        if int(steps[0]) != -int(steps[1]):
+            raise IntegrityError(
+                f"ranks restored different steps ({-int(steps[1])}..{int(steps[0])})"
+            )
 
     def interval(self, step_time: float, stall: float) -> int:
         every = self.cfg.train.checkpoint_every
@@ -278,7 +316,7 @@ class Rank:
             path.write_text(json.dumps(anomaly))
 
     def committed_step(self) -> int:
-        found = self.manager.latest_committed()
+        found = self.manager.latest_committed(verify=False)  # every step: no re-reading
         return found.manifest.step if found else 0
 
     def finish(self) -> None:
