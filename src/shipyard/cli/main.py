@@ -41,6 +41,7 @@ COMMANDS = {
     "checkpoint": "shipyard.cli.checkpoint",
     "tokens": "shipyard.cli.checkpoint",
     "train": "shipyard.cli.train",
+    "sandbox": "shipyard.cli.sandbox",
 }
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE, as a shell reports a writer whose reader went away
