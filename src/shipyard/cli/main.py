@@ -41,6 +41,8 @@ COMMANDS = {
     "checkpoint": "shipyard.cli.checkpoint",
     "tokens": "shipyard.cli.checkpoint",
     "train": "shipyard.cli.train",
+    "queue": "shipyard.cli.queue",
+    "db": "shipyard.cli.db",
     "sandbox": "shipyard.cli.sandbox",
 }
 

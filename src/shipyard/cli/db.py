@@ -1,0 +1,38 @@
+"""`shipyard db upgrade|status`: the schema versions of Shipyard's database (SHIPYARD_DB)."""
+
+import argparse
+
+from shipyard.catalog.schema import CATALOG
+from shipyard.db import Schema, open_database, upgrade, version
+from shipyard.queue.schema import QUEUE
+
+# Every subsystem's tables in the shared database, in the order they are upgraded.
+SCHEMAS: tuple[Schema, ...] = (CATALOG, QUEUE)
+
+
+def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    db = subparsers.add_parser("db", help="the database every subsystem keeps its state in")
+    commands = db.add_subparsers(dest="db_command", required=True, metavar="COMMAND")
+    up = commands.add_parser("upgrade", help="bring every subsystem's tables to this version")
+    up.set_defaults(func=_upgrade)
+    status = commands.add_parser("status", help="each subsystem's schema version, and ours")
+    status.set_defaults(func=_status)
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    db = open_database()
+    for subsystem, before, now in upgrade(db, SCHEMAS):
+        change = f"{before} → {now}" if before != now else f"{now} (up to date)"
+        print(f"{subsystem}: {change}")
+    print(f"database: {db.url.shown}")
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    db = open_database()
+    for schema in SCHEMAS:
+        found = version(db, schema)
+        note = "" if found == schema.latest else f"  (this Shipyard: {schema.latest})"
+        print(f"{schema.subsystem}: {found}{note}")
+    print(f"database: {db.url.shown}")
+    return 0
