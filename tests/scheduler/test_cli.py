@@ -75,7 +75,12 @@ def test_drained_node_takes_no_new_work(server: Live) -> None:
     wait_for(lambda: samples(server)[("shipyard_scheduler_queued_jobs", ())] == 1)
     seen = samples(server)[("shipyard_scheduler_passes_total", ())]
     wait_for(lambda: samples(server)[("shipyard_scheduler_passes_total", ())] >= seen + 2)
-    assert server.request("GET", f"/jobs/{waiting}")[1]["state"] == "queued"
+    row = server.request("GET", f"/jobs/{waiting}")[1]
+    assert row["state"] == "queued"
+    assert row["condition"]["reason"] == "Inadmissible"
+    assert row["condition"]["message"] == "asks 8 GPUs, the cluster has 4 healthy 'gpu' GPUs"
+    listing = shipyard("job", "status").stdout
+    assert "Inadmissible: asks 8 GPUs, the cluster has 4 healthy 'gpu' GPUs" in listing
     assert ("shipyard_scheduler_events_total", (("event", "admit"),)) not in samples(server)
     assert server.request("POST", "/nodes/n1/state", {"state": "broken"})[0] == 400
     # Back up, the node takes the gang at once: the wait above was the drain, not a dead loop.

@@ -33,6 +33,7 @@ class ClusterState:
             self.groups["block"].setdefault(node.block, []).append(i)
         self._cand_cache: dict[tuple[str, bool], list[int]] = {}
         self._group_cache: dict[tuple[str, bool, str], list[list[int]]] = {}
+        self._possible: dict[tuple[object, ...], bool] = {}  # shape → fits the idle cluster
         self._capacity: dict[str, int] = {}
         for node in self.nodes:
             self._capacity[node.gpu_type] = max(self._capacity.get(node.gpu_type, 0), node.gpus)
@@ -47,6 +48,7 @@ class ClusterState:
         self.node_state[self.index[name]] = state
         self._cand_cache.clear()
         self._group_cache.clear()
+        self._possible.clear()
 
     def candidates(self, job: Job) -> list[int]:
         """Healthy nodes of the job's GPU type; small jobs stay out of the large-job pool."""
@@ -77,6 +79,33 @@ class ClusterState:
             groups = [[i for i in g if i not in exclude] for g in groups]
         capacity = self._capacity.get(job.gpu_type, 0)
         return place(job, self.nodes, self.free if free is None else free, cand, groups, capacity)
+
+    def fits_idle(self, job: Job) -> bool:
+        """Whether the healthy nodes could hold `job` if nothing else ran (cached per shape)."""
+        shape = (job.gpus, job.gpus_per_node, job.gpu_type, job.topology)
+        known = self._possible.get(shape)
+        if known is None:
+            known = self.place(job, free=[n.gpus for n in self.nodes]) is not None
+            self._possible[shape] = known
+        return known
+
+    def largest_gang(self, per_node: int, gpu_type: str) -> int:
+        """The most GPUs a gang with `per_node` GPUs on every node could be placed on now.
+
+        Asked of the placement code itself, largest first: a small gang may be kept off nodes
+        a larger one may use (the large-job pool), so feasibility is not monotone in size.
+        """
+        nodes = sum(
+            1
+            for i, n in enumerate(self.nodes)
+            if self.node_state[i] == "up" and n.gpu_type == gpu_type and self.free[i] >= per_node
+        )
+        for count in range(nodes, 0, -1):
+            gpus = count * per_node
+            probe = Job("probe", "", gpus, 1.0, gpus_per_node=per_node, gpu_type=gpu_type)
+            if self.place(probe) is not None:
+                return gpus
+        return 0
 
     def _grouped(self, job: Job, level: str) -> list[list[int]]:
         key = (job.gpu_type, job.gpus < self.large_job_min_gpus, level)

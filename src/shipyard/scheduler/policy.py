@@ -49,6 +49,11 @@ class PolicyConfig:
         if self.preemption_budget < 0 or self.max_preemptions_per_job < 0:
             raise InvalidInput("policy: preemption limits must be ≥ 0")
 
+    def may_borrow(self, job: Job) -> bool:
+        # Borrowed GPUs must be reclaimable: only preemptible jobs borrow, and a job preempted
+        # too often stops borrowing, so it can never be a reclaim victim again (no loops).
+        return self.borrowing and job.preemptible and job.preemptions < self.max_preemptions_per_job
+
     def tier_of(self, job: Job) -> Tier:
         """The tier a job's priority class gives it within its team's nominal quota."""
         tier = self.priority_classes.get(job.priority)
@@ -117,6 +122,8 @@ class Policy:
             for job in queue:
                 if job.id in taken or (not nominal_only and job.id in tried):
                     continue
+                if not state.fits_idle(job):
+                    continue  # inadmissible: it must not hold the reservation or the line
                 stuck = not attempts and not any(free_total.values())
                 if stuck and (reserved or not cfg.backfill):
                     return decision  # nothing can start, and nothing is left to reserve
@@ -136,7 +143,7 @@ class Policy:
                         continue
                 elif nominal_only and not entitled:
                     continue
-                if fit is Fit.BORROW and not self._may_borrow(job):
+                if fit is Fit.BORROW and not cfg.may_borrow(job):
                     continue
                 declared = cfg.tier_of(job)
                 tier = declared if entitled else max(declared, Tier.BORROWED)
@@ -166,11 +173,6 @@ class Policy:
     @staticmethod
     def _waits_for_quota(state: ClusterState, job: Job) -> bool:
         return job.gpus <= state.quota.nominal(job.team, job.gpu_type)
-
-    def _may_borrow(self, job: Job) -> bool:
-        # Borrowed GPUs must be reclaimable: only preemptible jobs borrow, and a job preempted
-        # too often stops borrowing, so it can never be a reclaim victim again (no loops).
-        return job.preemptible and job.preemptions < self.config.max_preemptions_per_job
 
     def _try_place(
         self,

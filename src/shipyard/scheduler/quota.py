@@ -90,6 +90,17 @@ class QuotaBook:
             return Fit.RECLAIM if after <= nominal else Fit.NONE
         return Fit.NOMINAL if after <= nominal else Fit.BORROW
 
+    def ceiling(self, team: str, gpu_type: str) -> int:
+        """The most GPUs the team could ever hold at once (borrowing all the cohort lends)."""
+        quota = self.quota(team)
+        nominal = quota.nominal.get(gpu_type, 0)
+        if quota.cohort is None:
+            return nominal
+        guaranteed = nominal - self._lendable(quota, gpu_type)
+        most = guaranteed + self._pool.get((quota.cohort, gpu_type), 0)
+        limit = quota.borrowing_limit.get(gpu_type)
+        return most if limit is None else min(most, nominal + limit)
+
     def borrowing(self, team: str, gpu_type: str) -> int:
         """GPUs the team uses beyond its nominal quota (what reclaim may take back)."""
         return max(0, self.used(team, gpu_type) - self.nominal(team, gpu_type))

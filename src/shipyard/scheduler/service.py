@@ -1,7 +1,8 @@
 """The live scheduler: the unchanged policy, the SQLite queue and a backend, in one loop.
 
 Each tick: collect ended processes, stop cancelled and over-time jobs, reap idle interactive
-jobs, pick up new submissions, run one policy pass, signal victims and launch admitted gangs.
+jobs, pick up new submissions, run one policy pass, signal victims, launch admitted gangs and
+record why each job still queued waits (its condition, written only when it changes).
 A preemptor is launched only after its victims' processes have exited (SIGTERM, then SIGKILL at
 the end of their grace), so two jobs never share a GPU id.
 """
@@ -20,10 +21,13 @@ from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.prometheus import Families, Sample, snapshot_registry
 from shipyard.scheduler.backend import Backend
 from shipyard.scheduler.cluster import ClusterState
+from shipyard.scheduler.conditions import ADMITTED, Condition, Explainer
 from shipyard.scheduler.config import ClusterConfig
 from shipyard.scheduler.model import Job, Running, Tier
 from shipyard.scheduler.policy import JobQueue, Policy
 from shipyard.scheduler.store import JobStore
+
+GANG_SHAPES = (1, 2, 4, 8)  # GPUs per node that /status reports the largest gang for
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Service:
     _stopping: dict[str, str] = field(default_factory=dict)  # job id → state once it has exited
     _reports: dict[str, float] = field(default_factory=dict)  # last utilization report
     _warned: set[str] = field(default_factory=set)
+    _conditions: dict[str, str] = field(default_factory=dict)  # job id → condition last written
     charged: dict[tuple[str, str], float] = field(default_factory=dict)  # GPU-seconds held
     counts: collections.Counter[str] = field(default_factory=collections.Counter)
     passes: int = 0  # policy passes run: a client can wait for the scheduler to have looked
@@ -74,6 +79,8 @@ class Service:
         gone = self._queued - {row["id"] for row in rows}  # cancelled while queued
         self.queue.remove(gone)
         self._queued -= gone
+        for job_id in gone:
+            self._conditions.pop(job_id, None)
         for row in rows:
             if row["id"] not in self._queued and row["id"] not in self.state.running:
                 self._enqueue(row, now)
@@ -93,6 +100,19 @@ class Service:
         self.queue.remove({run.job.id for run in decision.admitted})
         self._queued -= {run.job.id for run in decision.admitted}
         self._launch_ready(now)
+        explain = Explainer(self.state, self.config.policy, decision.reservation, now)
+        for job in self.queue:
+            self._condition(job.id, explain(job), now)
+        for job_id, pending in self._pending.items():
+            exiting = f"waiting for {len(pending.victims)} preempted job(s) to exit"
+            self._condition(job_id, Condition(ADMITTED, exiting), now)
+
+    def _condition(self, job_id: str, condition: Condition, now: float) -> None:
+        text = str(condition)
+        if self._conditions.get(job_id) != text:
+            self._conditions[job_id] = text
+            row = {"reason": condition.reason, "message": condition.message, "since": now}
+            self.store.update(job_id, condition=row)
 
     def _enqueue(self, row: dict[str, Any], now: float) -> None:
         try:
@@ -121,6 +141,7 @@ class Service:
             pending.run.start = now
             self._reports[job_id] = now
             self.store.update(job_id, state="running", started=now, gpus=gpus, message="")
+            self._condition(job_id, Condition(ADMITTED, f"as {pending.run.tier.name.lower()}"), now)
 
     def _stop_requested(self, now: float) -> None:
         for row in self.store.list("cancelling"):
@@ -177,20 +198,24 @@ class Service:
         self.charged[key] = self.charged.get(key, 0.0) + held
 
     def status(self) -> dict[str, Any]:
-        """Free GPUs, the largest gang per shape that could start now, and usage per team."""
-        shapes = {}
-        for per_node in (1, 2, 4, 8):
-            shapes[f"{per_node}_per_node"] = sum(
-                (f // per_node) * per_node
-                for f, s in zip(self.state.free, self.state.node_state, strict=True)
-                if s == "up"
-            )
+        """Free GPUs, the largest gang per shape that could be placed now, and usage per team."""
+        by_type = {
+            gpu_type: {
+                f"{per_node}_per_node": self.state.largest_gang(per_node, gpu_type)
+                for per_node in GANG_SHAPES
+            }
+            for gpu_type in self.state.gpu_types
+        }
         return {
             "free_gpus": sum(self.state.free),
             "nodes": {
                 n.name: s for n, s in zip(self.state.nodes, self.state.node_state, strict=True)
             },
-            "largest_gang": shapes,
+            "largest_gang": {
+                f"{k}_per_node": max(shapes[f"{k}_per_node"] for shapes in by_type.values())
+                for k in GANG_SHAPES
+            },
+            "largest_gang_by_type": by_type,
             "running": sorted(self.state.running),
             "queued": len(self.queue),
             "usage": {f"{t}/{g}": u for (t, g), u in self.state.quota.usage.items()},

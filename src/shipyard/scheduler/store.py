@@ -1,7 +1,8 @@
 """The live queue, persisted in the catalog's SQLite database in the scheduler's own table.
 
 The service and the CLI each open their own connection; SQLite serializes the writers. A job's
-row holds its spec (JSON), its command, its state and what the backend reported.
+row holds its spec (JSON), its command, its state, what the backend reported, and its condition
+(why it waits, or that it was admitted: `{"reason", "message", "since"}` as JSON).
 """
 
 import json
@@ -33,7 +34,8 @@ CREATE TABLE IF NOT EXISTS scheduler_jobs (
     finished REAL,
     gpus TEXT,
     exit_code INTEGER,
-    message TEXT NOT NULL DEFAULT ''
+    message TEXT NOT NULL DEFAULT '',
+    condition TEXT
 );
 CREATE INDEX IF NOT EXISTS scheduler_jobs_state ON scheduler_jobs(state);
 """
@@ -58,6 +60,9 @@ class JobStore:
         ensure_catalog_file(self.path)
         with self._db() as db:
             db.executescript(_SCHEMA)
+            columns = {row["name"] for row in db.execute("PRAGMA table_info(scheduler_jobs)")}
+            if "condition" not in columns:  # a queue written before jobs had conditions
+                db.execute("ALTER TABLE scheduler_jobs ADD COLUMN condition TEXT")
 
     @contextmanager
     def _db(self) -> Iterator[sqlite3.Connection]:
@@ -113,8 +118,9 @@ class JobStore:
     def update(self, job_id: str, **fields: Any) -> None:
         if "gpus" in fields:
             fields["gpus"] = json.dumps(fields["gpus"])
-        if "spec" in fields:
-            fields["spec"] = json.dumps(fields["spec"])
+        for name in ("spec", "condition"):
+            if name in fields:
+                fields[name] = json.dumps(fields[name])
         assignments = ", ".join(f"{name} = ?" for name in fields)
         with self._db() as db:
             db.execute(
@@ -127,4 +133,5 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
     out["spec"] = json.loads(out["spec"])
     out["command"] = json.loads(out["command"])
     out["gpus"] = json.loads(out["gpus"]) if out["gpus"] else None
+    out["condition"] = json.loads(out["condition"]) if out["condition"] else None
     return out
