@@ -53,10 +53,23 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     sim = commands.add_parser("simulate", help="replay a Philly-format trace through the policy")
     sim.add_argument("--trace", type=Path, required=True, help="Philly-format trace CSV")
     sim.add_argument("--vcs", type=Path, help="VC node counts (default: philly_vc.csv beside it)")
-    sim.add_argument("--policy", default="shipyard", help="fifo, sjf, slurm or shipyard")
+    sim.add_argument(
+        "--policy",
+        default="shipyard",
+        help="shipyard (pooled, quotas, shortest limit first, reclaim); slurm-pooled (FIFO + "
+        "EASY on one pooled partition); slurm (FIFO + EASY, one partition per VC); fifo, sjf "
+        "(the Helios check: per VC, strict, true durations)",
+    )
     sim.add_argument(
         "--load-factor", type=float, default=1.0, help="divide inter-arrival times by this"
     )
+    sim.add_argument(
+        "--overestimate",
+        type=float,
+        default=4.0,
+        help="time limits are the true duration × U, U log-uniform on [1, this] (default 4)",
+    )
+    sim.add_argument("--seed", type=int, default=0, help="seed of the time-limit draws")
     sim.add_argument("--json", action="store_true", help="print the whole report as JSON")
     sim.add_argument(
         "--fragmentation-csv",
@@ -137,11 +150,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from shipyard.scheduler.experiments import simulate_trace
-    from shipyard.scheduler.trace import load_philly, load_vc_sizes
+    from shipyard.scheduler.trace import LimitModel, load_philly, load_vc_sizes
 
     trace = load_philly(args.trace, load_factor=args.load_factor)
     vcs = load_vc_sizes(args.vcs or args.trace.with_name("philly_vc.csv"))
-    report = simulate_trace(trace, vcs, args.policy)
+    limits = LimitModel(overestimate=args.overestimate, seed=args.seed)
+    report = simulate_trace(trace, vcs, args.policy, limits)
     if args.fragmentation_csv:
         with open(args.fragmentation_csv, "w") as out:
             out.write("hour,free_gpus,scattered_fraction\n")
@@ -154,6 +168,7 @@ def _simulate(args: argparse.Namespace) -> int:
     print(f"  avg JCT {report.avg_jct:.0f} s, p99 JCT {report.p99_jct:.0f} s")
     print(f"  avg queueing delay {report.avg_queue_delay:.0f} s")
     print(f"  utilization {report.utilization:.3f} (allocated {report.allocated_utilization:.3f})")
+    print(f"  busy {report.busy_fraction:.3f} of the GPUs from first to last submission")
     print(f"  preemptions {report.preemptions}, lost {report.lost_gpu_hours:.1f} GPU-hours")
     print(f"  fairness (Jain over team slowdowns) {report.jain_fairness:.3f}")
     frag = report.fragmentation
@@ -198,7 +213,11 @@ def _status(args: argparse.Namespace) -> int:
     for row in _call(args.url, "/jobs"):
         spec = row["spec"]
         what = f"{spec['team']:<10} {spec['gpus']:>4} GPUs"
-        print(f"{row['id']}  {row['state']:<10} {what}  {row['message']}")
+        notes = [row["message"]] if row["message"] else []
+        condition = row.get("condition")
+        if row["state"] == "queued" and condition:
+            notes.append(f"{condition['reason']}: {condition['message']}")
+        print(f"{row['id']}  {row['state']:<10} {what}  {'; '.join(notes)}")
     return 0
 
 

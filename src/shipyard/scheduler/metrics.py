@@ -20,10 +20,13 @@ class JobRecord:
     lost: float = 0.0  # GPU-seconds of work thrown away by preemption
     preemptions: int = 0
     by_tier: dict[str, float] = field(default_factory=dict)  # allocated GPU-seconds per tier
+    spans: list[tuple[float, float]] = field(default_factory=list)  # (from, to) GPUs were held
 
-    def hold(self, tier: str, gpu_seconds: float) -> None:
+    def hold(self, tier: str, start: float, end: float) -> None:
+        gpu_seconds = self.gpus * (end - start)
         self.allocated += gpu_seconds
         self.by_tier[tier] = self.by_tier.get(tier, 0.0) + gpu_seconds
+        self.spans.append((start, end))
 
 
 @dataclass
@@ -38,6 +41,9 @@ class Report:
     preemptions: int
     lost_gpu_hours: float
     jain_fairness: float  # over per-team average slowdown (1 = perfectly even)
+    # GPUs held / capacity over a fixed window (default: first to last submission).
+    busy_fraction: float = 0.0
+    busy_window: tuple[float, float] = (0.0, 0.0)
     per_team: dict[str, dict[str, float]] = field(default_factory=dict)
     chargeback: dict[str, dict[str, float]] = field(default_factory=dict)
     fragmentation: dict[str, float] = field(default_factory=dict)
@@ -49,7 +55,10 @@ class Report:
 
 
 def summarize(
-    records: Sequence[JobRecord], capacity: int, samples: Sequence[tuple[float, int, int]]
+    records: Sequence[JobRecord],
+    capacity: int,
+    samples: Sequence[tuple[float, int, int]],
+    window: tuple[float, float] | None = None,
 ) -> Report:
     done = [r for r in records if r.finish is not None]
     jcts = sorted(_jct(r) for r in done)
@@ -71,6 +80,9 @@ def summarize(
     slowdowns = [t["avg_slowdown"] for t in per_team.values()]
     squares = sum(s * s for s in slowdowns)
     jain = sum(slowdowns) ** 2 / (len(slowdowns) * squares) if slowdowns else 1.0
+    if window is None:
+        submits = [r.submit for r in records] or [0.0]
+        window = (min(submits), max(submits))
     frees = [s[1] for s in samples]
     scattered = [1 - s[2] / s[1] for s in samples if s[1] > 0]
     return Report(
@@ -86,6 +98,8 @@ def summarize(
         preemptions=sum(r.preemptions for r in records),
         lost_gpu_hours=sum(r.lost for r in records) / 3600,
         jain_fairness=jain,
+        busy_fraction=busy_fraction(records, capacity, window),
+        busy_window=window,
         per_team=per_team,
         chargeback=_chargeback(records),
         fragmentation={
@@ -94,6 +108,17 @@ def summarize(
         },
         fragmentation_series=_hourly(samples),
     )
+
+
+def busy_fraction(
+    records: Sequence[JobRecord], capacity: int, window: tuple[float, float]
+) -> float:
+    """GPU-seconds held inside `window` over the capacity for that long (grace waits count)."""
+    start, end = window
+    if end <= start or capacity <= 0:
+        return 0.0
+    held = sum(r.gpus * max(0.0, min(end, b) - max(start, a)) for r in records for a, b in r.spans)
+    return held / (capacity * (end - start))
 
 
 def _hourly(samples: Sequence[tuple[float, int, int]]) -> list[tuple[int, int, float]]:

@@ -64,7 +64,7 @@ class Simulation:
                     run = state.release(job_id)
                     record = live[job_id].record
                     record.finish = now
-                    record.hold(run.tier.name.lower(), run.job.gpus * (now - record.admitted_at))
+                    record.hold(run.tier.name.lower(), record.admitted_at, now)
             if not queue:
                 continue
             decision = policy.schedule(state, queue, now)
@@ -88,7 +88,7 @@ class Simulation:
         kept = max(0.0, victim.checkpoint_at(now) - victim.start) if now > victim.start else 0.0
         entry.record.lost += victim.lost_work(now) if now > victim.start else 0.0
         entry.record.preemptions += 1
-        entry.record.hold(victim.tier.name.lower(), job.gpus * (now - entry.record.admitted_at))
+        entry.record.hold(victim.tier.name.lower(), entry.record.admitted_at, now)
         entry.attempt += 1  # its pending completion event is now stale
         job.done += kept
         job.preemptions += 1

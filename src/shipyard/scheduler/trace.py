@@ -2,20 +2,20 @@
 
 Rows are `timestamp,duration,num_gpus,gpu_time,cluster`. Jobs submitted in the window are kept,
 times are re-based on the first kept job, and `load_factor` K divides every inter-arrival gap by K.
+The trace holds true durations only; the time limits a user would have declared are drawn by a
+`LimitModel`, so no policy sees the truth.
 """
 
 import csv
 import datetime
-import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from shipyard.errors import InvalidInput
 from shipyard.scheduler.model import Job
-
-HOUR = 3600.0
-WEEK = 7 * 24 * HOUR
 
 
 @dataclass(frozen=True)
@@ -27,14 +27,43 @@ class TraceJob:
     vc: str
 
 
-def declared_limit(duration: float) -> float:
-    """The true duration rounded up to a power-of-two number of hours, capped at 7 days."""
-    hours = max(duration, 1.0) / HOUR
-    return min(WEEK, HOUR * 2 ** max(0, math.ceil(math.log2(hours)))) if hours > 1 else HOUR
+@dataclass(frozen=True)
+class LimitModel:
+    """User time limits as noisy over-estimates: limit = max(floor, duration × U).
+
+    U is log-uniform on [1, overestimate] (U = overestimate ** V, V uniform on [0, 1)), drawn
+    from a generator seeded by (seed, trace row), so a job gets the same limit in every arm and
+    in every window of the trace that holds it.
+    """
+
+    overestimate: float = 4.0
+    seed: int = 0
+    floor: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.overestimate >= 1 or not self.floor > 0:
+            raise InvalidInput(
+                f"limit model: overestimate must be ≥ 1 and floor > 0, got "
+                f"{self.overestimate} and {self.floor}"
+            )
+
+    def __call__(self, job: TraceJob) -> float:
+        draw = random.Random(self.seed * 1_000_003 + job.row).random()
+        return max(self.floor, job.duration * float(self.overestimate**draw))
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "model": "limit = max(floor, duration * U), U = overestimate ** V, V ~ Uniform[0, 1)"
+            ", seeded per trace row",
+            "overestimate": self.overestimate,
+            "seed": self.seed,
+            "floor": self.floor,
+        }
 
 
-def oracle_limit(duration: float) -> float:
-    return max(duration, 1.0)
+def oracle_limit(job: TraceJob) -> float:
+    """The true duration: only for the Helios simulator check, which is defined with it."""
+    return max(job.duration, 1.0)
 
 
 def load_philly(
@@ -83,7 +112,7 @@ def load_vc_sizes(path: Path) -> dict[str, int]:
 
 def to_jobs(
     trace: list[TraceJob],
-    limit: Callable[[float], float],
+    limit: Callable[[TraceJob], float],
     preemptible: bool = True,
     checkpoint_interval: float = 0.0,
 ) -> list[Job]:
@@ -92,7 +121,7 @@ def to_jobs(
             id=f"{t.vc}-{t.row}",
             team=t.vc,
             gpus=t.gpus,
-            time_limit=limit(t.duration),
+            time_limit=limit(t),
             submit_time=t.submit,
             duration=t.duration,
             preemptible=preemptible,
