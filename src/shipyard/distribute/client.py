@@ -29,6 +29,7 @@ from shipyard.store.get import staged
 Progress = Callable[[int, int], None]  # (held bytes, wanted bytes)
 
 POLL = 0.2
+LISTEN_POLL = 0.05  # a refused connection costs next to nothing: look for a starting daemon often
 WAIT = 0.5  # how long the daemon holds a materialize reply for its job to end
 CONNECT_TIMEOUT = 2.0
 REPLY_TIMEOUT = 60.0  # a first fetch waits while the daemon finds the manifest
@@ -146,7 +147,7 @@ class _Puller:
                         f"{wait_daemon:g} s: start one with `shipyard peer serve`, or wait "
                         "longer with --wait-daemon"
                     ) from None
-            await asyncio.sleep(min(POLL, max(0.0, deadline - time.monotonic())))
+            await asyncio.sleep(min(LISTEN_POLL, max(0.0, deadline - time.monotonic())))
 
     async def _fetch(self, pieces: list[str] | None) -> Manifest:
         reply, body = await self._call({"op": "fetch", "artifact": self.artifact, "pieces": pieces})
