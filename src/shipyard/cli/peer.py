@@ -63,6 +63,28 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="connections open at once; idle ones make room for new (default: %(default)s)",
     )
     serve.add_argument("--swarm-key-file", metavar="FILE", help=SWARM_KEY_HELP)
+    serve.add_argument(
+        "--members-uri",
+        metavar="URI",
+        help="a store every host can write (e.g. the origin's bucket): daemons post their "
+        "address there and a daemon short of members finds more, whatever its seeds",
+    )
+    serve.add_argument(
+        "--min-transfer-rate-kib",
+        type=float,
+        default=DaemonConfig.min_transfer_rate / 1024,
+        metavar="N",
+        help="KiB/s a piece must average after 2 s, or its sender is cut off and blamed "
+        "(default: %(default)s; 0: no floor)",
+    )
+    serve.add_argument(
+        "--isolated-origin-mib",
+        type=float,
+        default=DaemonConfig.isolated_origin_budget / (1 << 20),
+        metavar="N",
+        help="MiB a daemon that expects peers but knows none may take from the origin before "
+        "it waits for them (default: %(default)s)",
+    )
     serve.set_defaults(func=_serve)
     status = commands.add_parser("status", help="what a daemon holds and is fetching")
     status.add_argument("--peer", required=True, metavar="HOST:PORT", help="the daemon to ask")
@@ -99,6 +121,9 @@ def _serve(args: argparse.Namespace) -> int:
         trace=args.trace,
         max_connections=args.max_connections,
         swarm_key_file=args.swarm_key_file,
+        members_uri=args.members_uri,
+        min_transfer_rate=args.min_transfer_rate_kib * 1024,
+        isolated_origin_budget=int(args.isolated_origin_mib * (1 << 20)),
     )
     run_daemon(
         config, ready=lambda: print(f"peer {config.me} listening", file=sys.stderr, flush=True)
@@ -149,7 +174,8 @@ def render_hops(summary: dict[str, Any]) -> str:
 def render_status(reply: dict[str, Any]) -> str:
     """A daemon's status as a table: one line per artifact, then any error stopping it."""
     lines = [
-        f"peer {reply['me']}: {reply['members_alive']} live members",
+        f"peer {reply['me']}: {reply['members_alive']} live members"
+        + (" (ISOLATED: no live member; see the daemon's log)" if reply.get("isolated") else ""),
         f"{'ARTIFACT':<14}{'PIECES':>13}{'HELD BYTES':>17}{'FROM PEERS':>17}{'FROM ORIGIN':>17}",
     ]
     for held in reply["holdings"]:
@@ -162,4 +188,6 @@ def render_status(reply: dict[str, Any]) -> str:
             lines.append(f"  fetch stopped: {held['store_error']}")
         if held.get("origin_error"):
             lines.append(f"  origin: {held['origin_error']}")
+    for blamed in reply.get("blamed", []):
+        lines.append(f"blamed {blamed['peer']} ({blamed['reason']}): {blamed['detail']}")
     return "\n".join(lines)

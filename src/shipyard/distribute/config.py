@@ -71,6 +71,17 @@ class DaemonConfig:
     # a few to each other it talks to, and idle ones make room for new ones beyond this.
     max_connections: int = 256
     swarm_key_file: str | None = None  # a shared secret that refuses strangers (`swarm_key`)
+    # Bytes per second a piece reply must average once it has had `transfer.RATE_GRACE`
+    # seconds: a sender trickling bytes is cut off and blamed (see `blame`). Far below any
+    # working link's share (1 MiB pieces cross a shared 100 Mbit/s uplink at ~1.5 MB/s).
+    min_transfer_rate: float = 64 * 1024
+    # Where daemons post their addresses and a lonely one finds members: a store URI every
+    # host can write, such as the origin's bucket (`bootstrap`); None: seeds alone.
+    members_uri: str | None = None
+    members_ttl: float = 60.0  # seconds a posted address stays fresh without being renewed
+    # Piece bytes a daemon may take from the origin while it expects peers and knows none
+    # alive, before it waits for them instead (see `Holding._over_budget`).
+    isolated_origin_budget: int = 1 << 30
 
     def __post_init__(self) -> None:
         if self.listen[0] in ("0.0.0.0", "::", "") and self.advertise is None:
@@ -82,6 +93,7 @@ class DaemonConfig:
             "idle_timeout": self.idle_timeout,
             "hedge_after": self.hedge_after,
             "relay_patience": self.relay_patience,
+            "members_ttl": self.members_ttl,
         }
         for name, value in positive.items():
             if not value > 0:
@@ -110,6 +122,12 @@ class DaemonConfig:
             raise InvalidInput(
                 f"congestion control {algorithm!r} is not a kernel algorithm name such as 'cubic'"
             )
+        for name, value in (
+            ("min_transfer_rate", self.min_transfer_rate),
+            ("isolated_origin_budget", self.isolated_origin_budget),
+        ):
+            if not value >= 0:
+                raise InvalidInput(f"{name} must be 0 or more, got {value}")
         if self.upload_limit_bps is not None and not self.upload_limit_bps > 0:
             raise InvalidInput(f"upload limit must be positive, got {self.upload_limit_bps}")
 

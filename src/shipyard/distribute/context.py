@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from shipyard.distribute.blame import Blame
 from shipyard.distribute.catch_up import CATCH_UP_WIDTH, downstream_upload_slots
+from shipyard.distribute.claims import PartialSources
 from shipyard.distribute.config import DaemonConfig
 from shipyard.distribute.membership import Membership
 from shipyard.distribute.metrics import Metrics
@@ -33,7 +35,12 @@ class Context:
     rng: random.Random = field(default_factory=random.Random)
     started: float = field(default_factory=time.monotonic)  # when the daemon came up
     array_rng: np.random.Generator = field(init=False)  # drawn from `rng`: seeded along with it
-    blamed: set[str] = field(default_factory=set)
+    blame: Blame = field(init=False)  # claims disbelieved and peers blamed (see `blame`)
+    partial_sources: PartialSources = field(default_factory=PartialSources)
+    # While a daemon that expects peers knows none alive (its seeds dead, say): piece bytes it
+    # took from the origin meanwhile, held to `isolated_origin_budget` (see `Holding`).
+    alone: bool = False
+    origin_bytes_alone: int = 0
     load: dict[str, int] = field(default_factory=dict)  # open requests per peer, all artifacts
     avoid_until: dict[str, float] = field(default_factory=dict)  # peers busy or failing lately
     changed: asyncio.Event = field(default_factory=asyncio.Event)
@@ -56,7 +63,7 @@ class Context:
         uploads = cfg.upload_slots + downstream_upload_slots(cfg)
         workers = CATCH_UP_WIDTH * cfg.max_inflight + cfg.origin_inflight + uploads + 2
         self.transfers = ThreadPoolExecutor(workers, thread_name_prefix="transfer")
-        self.metrics.set("shipyard_peer_blamed_peers", 0)
+        self.blame = Blame(self.config.me, self.metrics)
 
     def close(self) -> None:
         """Close idle connections and the trace; running transfers finish or fail on their own
@@ -66,11 +73,6 @@ class Context:
         self.transfers.shutdown(wait=False, cancel_futures=True)
         if self.trace:
             self.trace.close()
-
-    def blame(self, peer: str) -> None:
-        """`peer` sent bytes that failed verification: never ask it for anything again."""
-        self.blamed.add(peer)
-        self.metrics.set("shipyard_peer_blamed_peers", len(self.blamed))
 
     def choosable(self, peers: list[str], now: float) -> list[str]:
         """Peers not recently found busy or failing."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from shipyard.distribute.bootstrap import Isolation, open_board
 from shipyard.distribute.config import DaemonConfig, format_address, parse_address
 from shipyard.distribute.context import Context
 from shipyard.distribute.holding import Holding
@@ -62,6 +63,11 @@ class PeerDaemon:
         self.materializations = Materializations(self.ctx)  # files written for local pulls
         self.wants = WantLog(self.ctx.store.backend)
         self.known_members = KnownMembers(self.ctx.store.backend, self.ctx.rng)
+        # The second way in besides the seeds, and the watch for finding nobody (`bootstrap`).
+        self.board = open_board(config, self.ctx.rng)
+        where = f"seeds: {', '.join(seeds) or 'none'}; members board: {config.members_uri}"
+        self.isolation = Isolation(self.ctx, bool(seeds) or self.board is not None, where)
+        self._board_visit: asyncio.Task[None] | None = None
         self._wants_written = asyncio.Lock()  # records written in the order of the news
         self._writes: set[asyncio.Task[None]] = set()  # store writes under way
         # Sent with fetch and status replies: a client that sees it change knows the daemon
@@ -141,6 +147,8 @@ class PeerDaemon:
         """Stop gossiping, fetching and serving; close every connection."""
         if self._gossiper:
             self._gossiper.cancel()
+        if self._board_visit:
+            self._board_visit.cancel()
         for exchange in list(self._exchanges.values()):
             exchange.cancel()
         await self.materializations.stop()
@@ -193,7 +201,7 @@ class PeerDaemon:
         holders = [m for m in members.alive() if artifact in members.records[m].haves]
         self.ctx.rng.shuffle(holders)
         for member in holders:
-            if member in self.ctx.blamed:
+            if member in self.ctx.blame:
                 continue
             try:
                 _, body = await request(
@@ -208,7 +216,8 @@ class PeerDaemon:
                 continue
             if body is not None and _matches(artifact, body):
                 return body
-            self.ctx.blame(member)  # it claimed the artifact and sent other bytes
+            # It claimed the artifact and sent other bytes.
+            self.ctx.blame.lose_standing(member, "corrupt", f"manifest of {artifact}: wrong bytes")
         return None
 
     async def _manifest_from_origin(self, artifact: str) -> bytes | None:
@@ -271,6 +280,8 @@ class PeerDaemon:
             return {
                 "me": self.ctx.config.me,
                 "members_alive": len(self.ctx.membership.alive()),
+                "isolated": self.isolation.isolated,
+                "blamed": self.ctx.blame.report(),
                 "holdings": [holding.status() for holding in self.holdings.values()],
                 "boot": self.boot,
             }
@@ -317,12 +328,31 @@ class PeerDaemon:
         loop = asyncio.get_running_loop()
         while True:
             self.ctx.membership.beat(self._haves())
+            self._look_for_members()
             if members := self.known_members.to_save(self.ctx.membership.alive(), time.monotonic()):
                 self._write_in_background(self._save_known_members(members))
             for target in self.ctx.membership.gossip_targets(cfg.gossip_fanout, self.ctx.rng):
                 if target not in self._exchanges:  # at most one exchange open per member
                     self._exchanges[target] = loop.create_task(self._gossip_with(target))
             await asyncio.sleep(cfg.gossip_interval * self.ctx.rng.uniform(0.8, 1.2))
+
+    def _look_for_members(self) -> None:
+        """Note whether this daemon is alone, and visit the members board when due: to post
+        its address, and while it knows too few members to find more (`bootstrap`)."""
+        membership = self.ctx.membership
+        live = [m for m in membership.alive() if m not in self.ctx.blame]
+        self.isolation.update(len(live), time.monotonic())
+        lonely = len(live) < self.ctx.config.gossip_fanout
+        board = self.board
+        if board is None or not board.due(lonely):
+            return
+        if self._board_visit is None or self._board_visit.done():
+
+            async def visit() -> None:
+                if found := await asyncio.to_thread(board.visit, lonely):
+                    membership.discover(found)
+
+            self._board_visit = asyncio.get_running_loop().create_task(visit())
 
     async def _save_known_members(self, members: list[str]) -> None:
         try:

@@ -21,7 +21,9 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from shipyard.distribute.bootstrap import origin_budget_spent
 from shipyard.distribute.catch_up import Pace, lane_for, pace, pieces_behind
+from shipyard.distribute.claims import LOSER_GRACE, Claims
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.context import Context
 from shipyard.distribute.hedging import hedges
@@ -38,7 +40,15 @@ from shipyard.distribute.picker import (
 )
 from shipyard.distribute.relay import RelayPlan
 from shipyard.distribute.sources import Sources
-from shipyard.distribute.transfer import ORIGIN, LaneReset, PieceCall, Transfer, piece_request
+from shipyard.distribute.transfer import (
+    ORIGIN,
+    Aborted,
+    LaneReset,
+    PeerFault,
+    PieceCall,
+    Transfer,
+    piece_request,
+)
 from shipyard.distribute.wire import Header, PeerBusy, PeerGone
 from shipyard.errors import IntegrityError, ShipyardError
 from shipyard.store import Manifest
@@ -75,6 +85,8 @@ class Holding:
     _avail: tuple[tuple[int, int, int], Availability] | None = None
     # When each missing piece was first seen held somewhere (inf: not yet): relay patience's start.
     _seen_at: npt.NDArray[np.float64] = field(init=False)
+    _claims: Claims = field(init=False)  # claims of peers that failed here (see `claims`)
+    _budget_note: str | None = None  # why the origin waits: a lone daemon's budget is spent
     _news: HaveNews = field(init=False)
     _origin_retries: OriginRetries = field(default_factory=OriginRetries)
     _origin_stall: OriginStall = field(default_factory=OriginStall)
@@ -88,6 +100,7 @@ class Holding:
                 self.sizes.setdefault(ref.hash, ref.size)
         self.hashes = list(self.sizes)
         self._seen_at = np.full(len(self.hashes), np.inf)
+        self._claims = Claims(self.ctx.blame, self.artifact, len(self.hashes))
         self._news = HaveNews(self.ctx, self.artifact, lambda: self.held)
         self._pace = pace(self.ctx.config, 0.0)
 
@@ -164,7 +177,7 @@ class Holding:
             "bytes_from_origin": self.bytes_from["origin"],
             "sources": self.sources.report(),
             "store_error": self.store_error,
-            "origin_error": self._origin_retries.last_error,
+            "origin_error": self._origin_retries.last_error or self._budget_note,
         }
 
     # The fetch loop
@@ -187,26 +200,30 @@ class Holding:
     def _availability(self) -> Availability:
         """Who holds what, rebuilt only when that news changed, or (for members that fell
         silent) once per tick."""
-        key = (self.ctx.membership.version, len(self.ctx.blamed), int(time.monotonic() / TICK))
+        key = (self.ctx.membership.version, self.ctx.blame.version, int(time.monotonic() / TICK))
         if self._avail is None or self._avail[0] != key:
             self._avail = (key, self._build_availability())
         return self._avail[1]
 
     def _build_availability(self) -> Availability:
+        """Live members' claims, less those of blamed members and those disbelieved here."""
         haves = {}
+        blame = self.ctx.blame
         for member in self.ctx.membership.alive():
             have = self.ctx.membership.have_of(member, self.artifact)
-            if have is not None and member not in self.ctx.blamed:
-                haves[member] = have
+            if have is not None and member not in blame:
+                bits = have.bits & ~blame.retracted(member, self.artifact)
+                haves[member] = HaveMap(have.full, bits)
         return Availability(haves, len(self.hashes))
 
     def _schedule(self) -> None:
         """One round: ask each upstream peer for the rarest piece it holds, any holder for
         what is overdue, the origin for owned pieces nobody holds. The work over every missing
         piece is done with arrays: Python loops only over the few requests a round can make."""
+        now = time.monotonic()
+        self._claims.cut_trickles(self.inflight, now)
         avail = self._availability()
         plan = self._plan(avail)
-        now = time.monotonic()
         behind = pieces_behind(avail, self.ctx.membership.me, self.held.bit_count())
         self._pace = pace(self.ctx.config, behind if self.full else 0.0)
         todo = self._unassigned()
@@ -262,7 +279,10 @@ class Holding:
         now = time.monotonic()
         if self.ctx.origin is None or now < self.origin_after or free <= 0:
             return
-        nowhere = avail.counts == 0
+        self._budget_note = origin_budget_spent(self.ctx)
+        if self._budget_note:
+            return
+        nowhere = self._claims.nowhere(avail.counts)
         nowhere[piece_indexes(self.held, len(self.hashes))] = False
         nowhere[self._origin_retries.waiting(now)] = False  # the origin failed them lately
         stalled = self._origin_stall.stalled(int(nowhere.sum()), now)
@@ -275,7 +295,7 @@ class Holding:
         membership = self.ctx.membership
         wanting = [m for m in avail.members if membership.wants_all(m, self.artifact)]
         if time.monotonic() < self.presume_all_until:
-            wanting += [m for m in membership.alive() if m not in self.ctx.blamed]
+            wanting += [m for m in membership.alive() if m not in self.ctx.blame]
         members = tuple(sorted({*wanting, membership.me}))
         if self._relay is None or self._relay[0] != members:
             cfg = self.ctx.config
@@ -297,7 +317,7 @@ class Holding:
 
     def _start(self, index: int, source: str) -> None:
         self.ctx.load[source] = self.ctx.load.get(source, 0) + 1
-        call = None if source == ORIGIN else PieceCall()
+        call = None if source == ORIGIN else PieceCall(self.ctx.config.min_transfer_rate)
         lanes = [t.lane for ts in self.inflight.values() for t in ts if t.source == source]
         lane = lane_for(lanes, self._pace.lanes) if call else 0  # the origin has no lanes
         task = asyncio.get_running_loop().create_task(self._transfer(index, source, call, lane))
@@ -311,22 +331,30 @@ class Holding:
         except SinkError as exc:  # this peer's own disk, not the sender's fault
             self._store_failed(str(exc))
             return
-        except StalePartial:
-            # Bytes kept from an earlier transfer spoilt the piece: it starts over, unblamed.
+        except StalePartial as exc:
+            # Bytes kept from earlier transfers spoilt the piece: it starts over, and whoever
+            # wrote them is blamed, when this run knows who did.
             self.ctx.metrics.inc("shipyard_peer_partial_pieces_discarded_total")
+            writers = self.ctx.partial_sources.take(self.hashes[index])
+            if writers is not None:
+                self._claims.corrupt(index, writers | {source}, str(exc))
             return
         except IntegrityError as exc:
             self.ctx.metrics.inc("shipyard_peer_pieces_corrupt_total")
             if source == ORIGIN:
                 self._origin_retries.failed(index, f"origin: {exc}", time.monotonic())
             else:
-                self.ctx.blame(source)
+                self._claims.corrupt(index, {source}, str(exc))
             return
-        except LaneReset:
-            return  # lost with an earlier request on the same connection: asked again later
+        except (LaneReset, Aborted):
+            return  # lost with an earlier request, or called off here: asked again later
         except PeerBusy:
             self.ctx.avoid(source, BUSY_BACKOFF)
             self.ctx.metrics.inc("shipyard_peer_request_failures_total", source="busy")
+            return
+        except PeerFault as exc:
+            self.ctx.peer_failed(source, gone=False)
+            self._claims.failed(index, source, exc.reason, str(exc))
             return
         except (ShipyardError, OSError) as exc:
             if source == ORIGIN:
@@ -369,8 +397,9 @@ class Holding:
             header = piece_request(piece_hash, self.artifact, me, held, relay, sink.kept)
             replies.append(lane.fetch(call, header, sink))
 
+        guarded = self.ctx.partial_sources.guard(piece_hash, source, fetch)
         try:
-            counts = await self._blocking(receive, fetch)
+            counts = await self._blocking(receive, guarded)
         except asyncio.CancelledError:
             call.abort()  # the worker thread is blocked on the socket: end its receive now
             raise
@@ -393,14 +422,22 @@ class Holding:
         """Mark the piece held and tell whom it concerns; False if a twin stored it first."""
         if self.has(index):
             return False  # count its bytes once
+        now = time.monotonic()
         for twin in self.inflight.pop(index, []):
+            # Outrun by this copy: a trickle all the same, or it would escape every time.
+            self._claims.trickled(index, twin, now, LOSER_GRACE)
             twin.task.cancel()
         self.held |= 1 << index
         self._seen_at[index] = np.inf
+        self.ctx.partial_sources.take(self.hashes[index])  # stored: its partial file is gone
         self._origin_retries.held(index)
         if self._relay is not None:
             self._news.tell(self._relay[1].downstream)
         kind = "origin" if source == ORIGIN else "peer"
+        if source != ORIGIN:
+            self.ctx.blame.delivered(source)
+        elif self.ctx.alone:
+            self.ctx.origin_bytes_alone += nbytes
         self.bytes_from[kind] += nbytes
         self.sources.add(source, nbytes)
         self.ctx.metrics.inc("shipyard_peer_bytes_received_total", nbytes, source=kind)

@@ -106,6 +106,7 @@ class Membership:
         self._rng = rng or random.Random()
         self.seeds = [s for s in seeds if s != me]
         self.remembered: list[str] = []  # members a previous run of this daemon knew alive
+        self.discovered: list[str] = []  # members lately posted on the members board
         self.dead_after = dead_after
         self.clock = clock
         self.records: dict[str, Record] = {}
@@ -237,16 +238,22 @@ class Membership:
         besides the seeds, while this peer knows fewer live members than it gossips with."""
         self.remembered = [m for m in members if m != self.me and m not in self.seeds]
 
+    def discover(self, members: Iterable[str]) -> None:
+        """Members found on the members board (see `bootstrap`): dialled like remembered ones
+        while this peer knows too few. The latest listing replaces the previous one."""
+        self.discovered = [m for m in dict.fromkeys(members) if m != self.me]
+
     def gossip_targets(self, fanout: int, rng: random.Random) -> list[str]:
         """A few random live members, plus a seed while this peer knows too few of them, and as
-        many remembered members as it lacks while it knows fewer than `fanout`."""
+        many remembered or discovered members as it lacks while it knows fewer than `fanout`."""
         alive = self.alive()
         targets = rng.sample(alive, min(fanout, len(alive)))
         unknown_seeds = [s for s in self.seeds if s not in targets and not self.is_alive(s)]
         if unknown_seeds and len(alive) < fanout + len(self.seeds):
             targets.append(rng.choice(unknown_seeds))
         if len(alive) < fanout:
-            unknown = [m for m in self.remembered if m not in targets and not self.is_alive(m)]
+            known = dict.fromkeys([*self.remembered, *self.discovered])
+            unknown = [m for m in known if m not in targets and not self.is_alive(m)]
             targets += rng.sample(unknown, min(fanout - len(alive), len(unknown)))
         return targets
 

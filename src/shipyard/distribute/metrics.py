@@ -29,7 +29,16 @@ FAMILIES: "Families" = {
     "shipyard_peer_request_failures_total": ("counter", "piece requests that failed, by reason"),
     "shipyard_peer_hedged_requests_total": ("counter", "duplicate requests for slow pieces"),
     "shipyard_peer_store_failures_total": ("counter", "verified pieces the local store refused"),
-    "shipyard_peer_blamed_peers": ("gauge", "peers avoided after serving wrong bytes"),
+    "shipyard_peer_blamed_peers": ("gauge", "peers this daemon asks for nothing more"),
+    "shipyard_peer_blamed_total": ("counter", "peers that lost their standing, by reason"),
+    "shipyard_peer_claim_failures_total": (
+        "counter",
+        "requests for a piece a peer claimed that it failed to deliver, by reason",
+    ),
+    "shipyard_peer_isolated": (
+        "gauge",
+        "1 while a daemon that expects peers (seeds or a members board) knows none alive",
+    ),
     "shipyard_peer_members_alive": ("gauge", "live members in this peer's gossip view"),
     "shipyard_peer_artifact_pieces_held": ("gauge", "pieces held of each artifact being fetched"),
     "shipyard_peer_artifact_pieces_wanted": ("gauge", "pieces wanted of each artifact"),

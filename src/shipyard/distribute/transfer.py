@@ -12,8 +12,11 @@ Requests to one peer share one connection, its `Lane`, and are pipelined: the ne
 the previous body is still arriving, so the peer's link never idles between pieces.
 
 `SO_RCVTIMEO` makes each receive return after `idle_timeout` with whatever has arrived; nothing
-at all means the sender stalled. A call is aborted from the event loop (a hedged twin won, the
-daemon is stopping) by shutting its socket down, which ends a blocked receive at once.
+at all means the sender stalled, and a reply slower on average than the minimum rate, once it
+has had `RATE_GRACE` seconds, is cut off (a sender trickling a byte a second never stalls). A
+failure that is the sender's own doing is a `PeerFault` naming why (see `blame`). A call is
+aborted from the event loop (a hedged twin won, the daemon is stopping) by shutting its socket
+down, which ends a blocked receive at once: `Aborted`, nobody's fault.
 """
 
 import asyncio
@@ -43,6 +46,9 @@ from shipyard.errors import InvalidInput
 from shipyard.store.partial import CHUNK, PieceSink, SinkError
 
 ORIGIN = "origin"  # a transfer's source when it is the origin, not a peer (and so in traces)
+# Seconds a reply may take before its average rate is held to the minimum: enough for a
+# sender's thread on a starved host to be scheduled, short next to a trickle's cost.
+RATE_GRACE = 2.0
 
 
 def piece_request(
@@ -72,22 +78,58 @@ class LaneReset(PeerUnavailable):
     behind it, was lost with the connection. Not the peer's fault: ask again."""
 
 
+class Aborted(PeerUnavailable):
+    """This host called the request off (a twin stored the piece, the daemon is stopping)."""
+
+
+class PeerFault(PeerUnavailable):
+    """The peer failed a piece it was asked for, by its own doing: `reason` is one of
+    `blame.REASONS` (refused, truncated, stalled, slow; corrupt for a malformed reply)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class _TooSlow(Exception):
+    """A reply's bytes came slower than the call's minimum rate."""
+
+
 class PieceCall:
     """One piece request; `abort()` may come from any thread, before or during the transfer.
-    `active_since` is when its reply started to be read (None while it waits its turn)."""
+    `active_since` is when its reply started to be read (None while it waits its turn), `got`
+    the bytes read since. `min_rate` (bytes per second, 0: none) is the floor its average rate
+    is held to once it has had `RATE_GRACE` seconds."""
 
-    def __init__(self) -> None:
+    def __init__(self, min_rate: float = 0.0) -> None:
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
         self.aborted = False
         self.active_since: float | None = None
+        self.got = 0
+        self.min_rate = min_rate
 
     def attach(self, sock: socket.socket) -> None:
         with self._lock:
             if self.aborted:
-                raise PeerUnavailable("request aborted")
+                raise Aborted("request aborted")
             self._sock = sock
             self.active_since = time.monotonic()
+
+    def note(self, count: int) -> None:
+        """`count` more bytes came; raises `_TooSlow` once the reply is below the floor."""
+        self.got += count
+        if self.too_slow(time.monotonic()):
+            raise _TooSlow(
+                f"{self.got} bytes in {time.monotonic() - (self.active_since or 0):.1f} s"
+            )
+
+    def too_slow(self, now: float, grace: float = RATE_GRACE) -> bool:
+        """Whether the reply, read for at least `grace` seconds, averages under the floor."""
+        since = self.active_since
+        if not self.min_rate or since is None or now - since < grace:
+            return False
+        return self.got < self.min_rate * (now - since)
 
     def abort(self) -> None:
         with self._lock:
@@ -146,20 +188,35 @@ class Lane:
     def fetch(self, call: PieceCall, request: Header, sink: PieceSink) -> Header:
         """The reply header to a `piece` request, its bytes (unverified) written to `sink`;
         blocking, for a worker thread. Raises `PeerUnavailable`: `PeerGone` when the connection
-        was refused, `PeerBusy` when the peer's upload slots are full, `LaneReset`."""
+        was refused, `PeerBusy` when the peer's upload slots are full, `PeerFault` when the
+        peer failed the piece, `Aborted` or `LaneReset` when nobody is to blame."""
         for attempt in range(2):
             sock, ticket, may_be_stale = self._send(request)
             try:
                 reply = self._read_reply(call, sock, ticket, sink)
+            except _TooSlow as exc:
+                raise self._fault(call, "slow", f"below the minimum rate: {exc}") from None
             except (ConnectionError, EOFError) as exc:
                 if attempt == 0 and may_be_stale and not call.aborted and not sink.received:
                     continue  # the peer had closed the idle connection: once more, fresh
-                raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
-            except (OSError, ValueError, InvalidInput) as exc:
-                raise PeerUnavailable(f"peer {self.where}: {type(exc).__name__} {exc}") from None
+                raise self._fault(call, "truncated", exc) from None
+            except TimeoutError as exc:
+                raise self._fault(call, "stalled", exc) from None
+            except OSError as exc:
+                raise self._fault(call, "truncated", exc) from None
+            except (ValueError, InvalidInput) as exc:
+                raise self._fault(call, "corrupt", exc) from None
+            if reply.get("error") and reply.get("kind") != "PeerBusy":
+                raise PeerFault("refused", f"peer {self.where}: {str(reply['error'])[:500]}")
             check_reply(reply, self.where)
             return reply
         raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _fault(self, call: PieceCall, reason: str, exc: BaseException | str) -> PeerUnavailable:
+        """The error a failed read raises: `Aborted` when this host called it off."""
+        what = exc if isinstance(exc, str) else f"{type(exc).__name__} {exc}"
+        message = f"peer {self.where}: {what}"
+        return Aborted(message) if call.aborted else PeerFault(reason, message)
 
     def close(self) -> None:
         with self._turn:
@@ -207,7 +264,7 @@ class Lane:
                 raise LaneReset(f"peer {self.where}: an earlier request on the connection failed")
         try:
             call.attach(sock)
-            reply, refused = _receive_reply(sock, sink, self.where, self._key)
+            reply, refused = _receive_reply(sock, sink, self.where, self._key, call)
         except BaseException:
             with self._turn:
                 self._reset(sock)
@@ -263,11 +320,12 @@ def _connect(address: Address, connect_timeout: float, idle_timeout: float) -> s
 
 
 def _receive_reply(
-    sock: socket.socket, sink: PieceSink, where: str, key: SwarmKey | None
+    sock: socket.socket, sink: PieceSink, where: str, key: SwarmKey | None, call: PieceCall
 ) -> tuple[Header, SinkError | None]:
     """Read a `piece` reply: its header, then its bytes into `sink`, and whether the sink
     refused them (see `_receive_into`). An error reply has no bytes."""
-    reply = decode(bytes(_receive(sock, frame_length(bytes(_receive(sock, 4))))), key)
+    length = frame_length(bytes(_receive(sock, 4, call)))
+    reply = decode(bytes(_receive(sock, length, call)), key)
     if reply.get("error"):
         return reply, None
     size = body_size(reply)
@@ -275,20 +333,22 @@ def _receive_reply(
         raise PeerUnavailable(f"peer {where} sent no bytes for a piece")
     if reply.get("offset", 0) != sink.kept:
         sink.restart()  # a sender that does not resume pieces sends this one whole
-    return reply, _receive_into(sock, size, sink)
+    return reply, _receive_into(sock, size, sink, call)
 
 
-def _receive(sock: socket.socket, size: int) -> bytearray:
+def _receive(sock: socket.socket, size: int, call: PieceCall) -> bytearray:
     """Exactly `size` bytes (a header: small)."""
     buffer = bytearray(size)
     view = memoryview(buffer)
     got = 0
     while got < size:
-        got += _receive_some(sock, view[got:], got, size)
+        got += _receive_some(sock, view[got:], got, size, call)
     return buffer
 
 
-def _receive_into(sock: socket.socket, size: int, sink: PieceSink) -> SinkError | None:
+def _receive_into(
+    sock: socket.socket, size: int, sink: PieceSink, call: PieceCall
+) -> SinkError | None:
     """Exactly `size` bytes into `sink`, a `CHUNK` at a time, each on disk before the next. A
     sink that refuses them (this host's disk is full) does not end the transfer: the rest is
     read and dropped, so the connection stays in step for the requests behind this one, and
@@ -298,7 +358,7 @@ def _receive_into(sock: socket.socket, size: int, sink: PieceSink) -> SinkError 
     got = 0
     refused = None
     while got < size:
-        count = _receive_some(sock, view[: min(CHUNK, size - got)], got, size)
+        count = _receive_some(sock, view[: min(CHUNK, size - got)], got, size, call)
         if refused is None:
             try:
                 sink.write(view[:count])
@@ -308,15 +368,19 @@ def _receive_into(sock: socket.socket, size: int, sink: PieceSink) -> SinkError 
     return refused
 
 
-def _receive_some(sock: socket.socket, into: memoryview, got: int, size: int) -> int:
+def _receive_some(
+    sock: socket.socket, into: memoryview, got: int, size: int, call: PieceCall
+) -> int:
     """Fill `into`: the kernel waits for all of it, or returns what came within the idle
-    timeout; EOF or an empty wait ends the transfer (`got` of `size` bytes so far)."""
+    timeout; EOF, an empty wait or a rate under the call's floor ends the transfer (`got` of
+    `size` bytes so far)."""
     try:
         count = sock.recv_into(into, len(into), socket.MSG_WAITALL)
     except BlockingIOError:
         raise TimeoutError(f"no bytes for a whole idle timeout after {got} of {size}") from None
     if count == 0:
         raise EOFError(f"connection closed after {got} of {size} bytes")
+    call.note(count)
     return count
 
 

@@ -161,8 +161,9 @@ class PartialPiece:
 
     def close(self) -> None:
         os.close(self._fd)
-        if self._backend.stat(piece_key(self._hash)) is not None:
-            self.path.unlink(missing_ok=True)  # stored, by this or a twin: nothing to resume
+        # Empty, or stored by this transfer or a twin: nothing to resume.
+        if not self.held or self._backend.stat(piece_key(self._hash)) is not None:
+            self.path.unlink(missing_ok=True)
         self._partials.release(self._hash)
 
 

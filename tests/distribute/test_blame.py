@@ -1,0 +1,130 @@
+"""The blame rules alone (strikes, retracted claims, standing), and how the data plane names the
+way a peer failed a piece: refused, truncated, stalled or slow."""
+
+import os
+import socket
+import threading
+from collections.abc import Callable
+
+import pytest
+
+from shipyard.distribute.blame import RETRACT_FOR, STANDING_STRIKES, Blame
+from shipyard.distribute.claims import PartialSources
+from shipyard.distribute.metrics import Metrics
+from shipyard.distribute.transfer import RATE_GRACE, Lane, PeerFault, PieceCall, piece_request
+from shipyard.distribute.wire import encode
+
+from .conftest import BytesSink, read_request
+
+A, B = "10.0.0.1:7000", "10.0.0.2:7000"
+ART = "ab" * 32
+BODY = os.urandom(300_000)
+Peer = Callable[[Callable[[socket.socket], None]], tuple[str, int]]
+
+
+def blame_at(now: list[float]) -> Blame:
+    return Blame("me:1", Metrics(), clock=lambda: now[0])
+
+
+def test_a_failed_claim_is_disbelieved_for_a_while_and_strikes_add_up_to_blame() -> None:
+    now = [0.0]
+    blame = blame_at(now)
+    blame.claim_failed(A, ART, 3, "refused", "not here")
+    assert blame.retracted(A, ART) == 1 << 3 and blame.retracted(B, ART) == 0
+    assert A not in blame  # one strike: maybe a busy link
+    now[0] = RETRACT_FOR + 1
+    assert blame.retracted(A, ART) == 0  # an honest peer's bad moment does not hide it for ever
+    for index in range(1, STANDING_STRIKES):
+        blame.claim_failed(A, ART, index, "truncated", "reset")
+    assert A in blame and blame.report()[0]["reason"] == "truncated"
+    assert blame.metrics.values["shipyard_peer_blamed_total"][(("reason", "truncated"),)] == 1
+
+
+def test_delivered_pieces_earn_strikes_back() -> None:
+    blame = blame_at([0.0])
+    for index in range(10):  # a failure, then a good piece, over and over: under 50% failing
+        blame.claim_failed(A, ART, index, "stalled", "no bytes")
+        blame.delivered(A)
+    assert A not in blame
+
+
+def test_wrong_bytes_from_one_peer_are_proof_but_shared_ones_only_a_strike_each() -> None:
+    blame = blame_at([0.0])
+    blame.corrupt([A, B], ART, 0, "bytes do not match")
+    assert len(blame) == 0 and blame.retracted(A, ART) == blame.retracted(B, ART) == 1
+    blame.corrupt([A], ART, 1, "bytes do not match")
+    assert A in blame and B not in blame
+
+
+def test_a_peer_is_blamed_and_logged_once(capsys: pytest.CaptureFixture[str]) -> None:
+    blame = blame_at([0.0])
+    for index in range(2 * STANDING_STRIKES):
+        blame.claim_failed(A, ART, index, "refused", "not here")
+    assert capsys.readouterr().err.count(f"blamed {A}") == 1
+    assert blame.metrics.values["shipyard_peer_blamed_peers"][()] == 1
+
+
+def test_partial_sources_know_who_wrote_kept_bytes_only_within_this_run() -> None:
+    sources = PartialSources()
+    sources.opened("p1", 0)
+    sources.wrote("p1", A)
+    sources.opened("p1", 1000)  # resumed by the next transfer: A's bytes are there
+    assert sources.take("p1") == {A}
+    sources.opened("p2", 500)  # bytes kept by an earlier run of the daemon
+    sources.wrote("p2", B)
+    assert sources.take("p2") is None  # nobody can be blamed for those
+    assert sources.take("p3") == set()
+
+
+def fetch(address: tuple[str, int], call: PieceCall | None = None) -> None:
+    lane = Lane(address, connect_timeout=1.0, idle_timeout=1.0)
+    request = piece_request("cd" * 32, ART, "127.0.0.1:9", 0, False)
+    lane.fetch(call or PieceCall(), request, BytesSink())
+
+
+def failure(address: tuple[str, int], call: PieceCall | None = None) -> str:
+    with pytest.raises(PeerFault) as caught:
+        fetch(address, call)
+    return caught.value.reason
+
+
+def test_each_way_a_peer_fails_a_piece_is_named(peer: Peer) -> None:
+    done = threading.Event()
+
+    def refuse(conn: socket.socket) -> None:
+        with conn:
+            read_request(conn)
+            conn.sendall(encode({"error": "piece cdcd is not held here", "kind": "NotFound"}))
+            done.wait(10)
+
+    def half_then_reset(conn: socket.socket) -> None:
+        read_request(conn)
+        conn.sendall(encode({"size": len(BODY)}) + BODY[: len(BODY) // 2])
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+        conn.close()
+
+    def stall(conn: socket.socket) -> None:
+        with conn:
+            read_request(conn)
+            conn.sendall(encode({"size": len(BODY)}) + BODY[:1000])
+            done.wait(10)
+
+    def trickle(conn: socket.socket) -> None:  # a byte every 0.2 s: never idle for 1 s
+        with conn:
+            read_request(conn)
+            conn.sendall(encode({"size": len(BODY)}))
+            while not done.wait(0.2):
+                try:
+                    conn.sendall(b"x")
+                except OSError:
+                    return
+
+    try:
+        assert failure(peer(refuse)) == "refused"
+        assert failure(peer(half_then_reset)) == "truncated"
+        assert failure(peer(stall)) == "stalled"
+        slow = PieceCall(min_rate=64 * 1024)
+        assert failure(peer(trickle), slow) == "slow"
+        assert slow.got < 64 * 1024 * RATE_GRACE  # cut off soon after its grace ran out
+    finally:
+        done.set()
