@@ -224,3 +224,20 @@ def test_bad_input_is_refused_by_name_and_changes_nothing(
         call(queue)
     assert [(i.payload, i.state) for i in queue.items("jobs")] == [("keep", "ready")]
     assert queue.names() == ["jobs"]
+
+
+def test_a_batch_completion_refuses_only_the_stale_leases(
+    queue: Queue, other: Queue, clock: Clock
+) -> None:
+    queue.enqueue_many("jobs", ["a", "b"])
+    (a,) = queue.claim("jobs", lease=10)
+    (b,) = queue.claim("jobs", lease=100)
+    clock.now += 11
+    (a2,) = other.claim("jobs", lease=10)
+    refused = queue.complete_many([(a, "zombie"), (b, "fine"), (b, "fine")])
+    assert [str(e) for e in refused] == [
+        f"cannot complete item {a.id} under lease token {a.token}: the item is now "
+        f"leased under token {a2.token} by worker-b; nothing was changed"
+    ]
+    assert (queue.get(b.id).state, queue.get(b.id).result) == ("done", "fine")
+    assert (queue.get(a.id).state, queue.get(a.id).result) == ("leased", None)

@@ -227,6 +227,24 @@ class Queue:
             if effect is not None:
                 effect(self.db)
 
+    def complete_many(self, done: Sequence[tuple[Item, Any]]) -> list[StaleLease]:
+        """Complete several leases, each with its result, in one transaction (one statement on
+        PostgreSQL). Returns the refusals: each names an item whose lease was no longer live,
+        and that item was left as it was."""
+        if not done:
+            return []
+        texts = [(i.id, i.token, encode_json(r, f"result of item {i.id}")) for i, r in done]
+        now = self.clock()
+        completed = leases.complete_many(self.db, texts, now)
+        refused = []
+        for item_id, token, _ in texts:
+            if item_id not in completed:
+                try:
+                    self._refuse(item_id, token, "complete", now, finished="completed")
+                except StaleLease as exc:
+                    refused.append(exc)
+        return refused
+
     def fail(self, item_id: int, token: int, reason: str, retry_in: float = 0.0) -> str:
         """End the lease as failed; return the item's new state: `ready` (to be retried after
         `retry_in` seconds) or `dead` (out of attempts)."""

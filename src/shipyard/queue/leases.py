@@ -113,6 +113,28 @@ def complete(db: Database, item_id: int, token: int, result: str, now: float) ->
     return True
 
 
+def complete_many(db: Database, done: list[tuple[int, int, str]], now: float) -> set[int]:
+    """`complete` for many (id, token, result) at once, in one transaction (on PostgreSQL one
+    statement); returns the ids completed."""
+    if db.dialect == "sqlite":
+        with db.transaction():
+            return {i for i, token, result in done if complete(db, i, token, result, now)}
+    ids, tokens, results = (list(column) for column in zip(*done, strict=True))
+    rows = db.rows(
+        "WITH input AS (SELECT * FROM unnest(:ids::bigint[], :tokens::bigint[], "
+        ":results::text[]) AS t (id, token, result)), "
+        "done AS (UPDATE queue_items q SET state = 'done', result = input.result, "
+        "finished_at = :now, lease_expires = NULL FROM input WHERE q.id = input.id "
+        "AND q.state = 'leased' AND q.lease_token = input.token AND q.lease_expires > :now "
+        "RETURNING q.id, q.lease_token), "
+        "closed AS (UPDATE queue_attempts a SET outcome = 'completed', ended_at = :now "
+        "FROM done WHERE a.item_id = done.id AND a.token = done.lease_token) "
+        "SELECT id FROM done",
+        {"ids": ids, "tokens": tokens, "results": results, "now": now},
+    )
+    return {int(r[0]) for r in rows}
+
+
 def fail(
     db: Database, item_id: int, token: int, reason: str, now: float, not_before: float
 ) -> str | None:
