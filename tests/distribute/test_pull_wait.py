@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from shipyard.distribute import pull
+from shipyard.distribute.sources import PullSources, since
 from shipyard.errors import StorageError
 from shipyard.store import Manifest
 
@@ -81,3 +82,17 @@ def test_the_report_names_each_source(
     again = pull(h1.port, manifest.id, tmp_path / "again", stall_timeout=60)
     assert again.sources == {}
     assert again.already_held == (pieces, manifest.size)
+
+
+def test_a_pulls_sources_add_up_across_daemon_restarts() -> None:
+    """Each daemon's tally counts from its first fetch reply; a restarted daemon starts a new
+    tally, and what the old one had stored for the pull is kept."""
+    sources = PullSources()
+    sources.restarted({"origin": [2, 20], "p:1": [1, 10]})  # before the pull asked
+    sources.seen({"origin": [5, 50], "p:1": [1, 10], "p:2": [3, 30]})
+    sources.restarted({})  # a new daemon: its tally starts empty
+    sources.seen({"p:1": [4, 40]})
+    sources.seen(None)  # a reply without a tally changes nothing
+    assert sources.total() == {"origin": (3, 30), "p:1": (4, 40), "p:2": (3, 30)}
+    assert since({"x": [1, 1]}, "not a report") == {}
+    assert since(None, {"x": [2, 5], "bad": [1, -1], "worse": "1"}) == {"x": [2, 5]}

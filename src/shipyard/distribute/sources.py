@@ -64,12 +64,10 @@ class PullSources:
             self._latest = report
 
     def total(self) -> dict[str, tuple[int, int]]:
-        counted = {source: list(counts) for source, counts in self._counted.items()}
-        for source, (pieces, nbytes) in since(self._base, self._latest).items():
-            counts = counted.setdefault(source, [0, 0])
-            counts[0] += pieces
-            counts[1] += nbytes
-        return {source: (counts[0], counts[1]) for source, counts in sorted(counted.items())}
+        total = PullSources()
+        for added in (self._counted, since(self._base, self._latest)):
+            total._add(added)
+        return {source: (c[0], c[1]) for source, c in sorted(total._counted.items())}
 
     def _add(self, added: dict[str, list[int]]) -> None:
         for source, (pieces, nbytes) in added.items():
