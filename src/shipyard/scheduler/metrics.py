@@ -1,5 +1,6 @@
 """What a simulation reports: JCT, queueing delay, utilization, preemptions, fairness."""
 
+import hashlib
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -45,6 +46,9 @@ class Report:
     busy_fraction: float = 0.0
     busy_window: tuple[float, float] = (0.0, 0.0)
     per_team: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Per job size (GPUs): jobs, average JCT, average wait before the first start, preemptions.
+    per_size: dict[int, dict[str, float]] = field(default_factory=dict)
+    jobs_digest: str = ""  # SHA-256 of the sorted job ids: equal digests, the same jobs
     chargeback: dict[str, dict[str, float]] = field(default_factory=dict)
     fragmentation: dict[str, float] = field(default_factory=dict)
     # Hourly (hour since the first sample, free GPUs, fraction of them outside wholly free nodes).
@@ -77,6 +81,18 @@ def summarize(
         }
         for team, rs in sorted(teams.items())
     }
+    sizes: dict[int, list[JobRecord]] = {}
+    for r in done:
+        sizes.setdefault(r.gpus, []).append(r)
+    per_size = {
+        gpus: {
+            "jobs": float(len(rs)),
+            "avg_jct": statistics.fmean(_jct(r) for r in rs),
+            "avg_queue_delay": statistics.fmean(_wait(r) for r in rs),
+            "preemptions": float(sum(r.preemptions for r in rs)),
+        }
+        for gpus, rs in sorted(sizes.items())
+    }
     slowdowns = [t["avg_slowdown"] for t in per_team.values()]
     squares = sum(s * s for s in slowdowns)
     jain = sum(slowdowns) ** 2 / (len(slowdowns) * squares) if slowdowns else 1.0
@@ -90,9 +106,7 @@ def summarize(
         unfinished=len(records) - len(done),
         avg_jct=statistics.fmean(jcts) if jcts else 0.0,
         p99_jct=jcts[min(len(jcts) - 1, int(0.99 * len(jcts)))] if jcts else 0.0,
-        avg_queue_delay=statistics.fmean((r.first_start or r.submit) - r.submit for r in done)
-        if done
-        else 0.0,
+        avg_queue_delay=statistics.fmean(_wait(r) for r in done) if done else 0.0,
         utilization=sum(r.gpus * r.duration for r in done) / span,
         allocated_utilization=sum(r.allocated for r in done) / span,
         preemptions=sum(r.preemptions for r in records),
@@ -101,6 +115,8 @@ def summarize(
         busy_fraction=busy_fraction(records, capacity, window),
         busy_window=window,
         per_team=per_team,
+        per_size=per_size,
+        jobs_digest=hashlib.sha256("\n".join(sorted(r.id for r in records)).encode()).hexdigest(),
         chargeback=_chargeback(records),
         fragmentation={
             "avg_free_gpus": statistics.fmean(frees) if frees else 0.0,
@@ -149,6 +165,10 @@ def _chargeback(records: Sequence[JobRecord]) -> dict[str, dict[str, float]]:
             key = f"allocated_gpu_hours_{tier}"
             team[key] = team.get(key, 0.0) + seconds / 3600
     return dict(sorted(out.items()))
+
+
+def _wait(record: JobRecord) -> float:
+    return (record.first_start or record.submit) - record.submit
 
 
 def _jct(record: JobRecord) -> float:
