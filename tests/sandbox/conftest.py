@@ -63,16 +63,19 @@ class Service:
         self.home = home
         self.options = options
         self.process: subprocess.Popen[bytes] | None = None
+        self.log = home / "serve.log"  # the service's stderr, for a failing test to show
 
     def start(self) -> None:
         path = socket_path(self.home)
         path.unlink(missing_ok=True)
         command = [sys.executable, "-m", "shipyard", "sandbox", "serve", *self.options]
         env = {**os.environ, "SHIPYARD_HOME": str(self.home)}
-        self.process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE)
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self.log, "ab") as log:
+            self.process = subprocess.Popen(command, env=env, stderr=log)
         wait_for(lambda: path.exists() or self.process.poll() is not None, 60, "the socket")
         if self.process.poll() is not None:
-            raise AssertionError(self.process.stderr.read().decode())  # type: ignore[union-attr]
+            raise AssertionError(self.log.read_text())
 
     def kill(self) -> None:
         assert self.process is not None

@@ -75,9 +75,14 @@ def _serve(args: argparse.Namespace) -> int:
 
     def make() -> Manager:
         host = Host(home, require_cgroups=args.require_cgroups)
-        host.check()
         pool = PoolConfig(args.pool_min, args.pool_max, args.pool_headroom)
-        return Manager(host, pool, lease_s=args.lease_s, ttl_s=args.ttl_s)
+        manager = Manager(host, pool, lease_s=args.lease_s, ttl_s=args.ttl_s)  # reaps orphans
+        try:
+            host.check()
+        except BaseException:
+            manager.shutdown()
+            raise
+        return manager
 
     def ready(manager: Manager, path: Path) -> None:
         for line in manager.host.confinement.describe():

@@ -174,8 +174,9 @@ class Sandbox:
         """After `destroy` and once no exec runs: close the descriptors."""
         with self._lock:
             self.sock.close()
-            with contextlib.suppress(OSError):
+            if self.errors_fd >= 0:
                 os.close(self.errors_fd)
+                self.errors_fd = -1
 
 
 def _check_path(path: Any) -> None:
@@ -214,11 +215,19 @@ class _ExecIO:
         self.out = {1: bytearray(), 2: bytearray()}
         self.over_cap = False
         self.no_answer = ""  # why the agent gave no report
+        self.open: set[int] = set()  # our pipe ends not yet closed: each is closed exactly once
+
+    def _close(self, fd: int) -> None:
+        # Never twice: in a threaded service the number may already name another's descriptor.
+        if fd in self.open:
+            self.open.discard(fd)
+            os.close(fd)
 
     def run(self, request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
         pipes = [os.pipe() for _ in range(3)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         ours = {pipes[0][1]: 0, pipes[1][0]: 1, pipes[2][0]: 2}
+        self.open = set(ours)
         sock = self.box.sock
         try:
             try:
@@ -232,9 +241,8 @@ class _ExecIO:
             self.no_answer = f"the sandbox's agent went away ({exc})"
             return None
         finally:
-            for fd in ours:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            for fd in list(self.open):
+                self._close(fd)
 
     def _loop(self, ours: dict[int, int], deadline: float) -> dict[str, Any] | None:
         sock = self.box.sock
@@ -246,7 +254,7 @@ class _ExecIO:
                         fd, selectors.EVENT_WRITE if stream == 0 else selectors.EVENT_READ
                     )
                 else:
-                    os.close(fd)
+                    self._close(fd)
             selector.register(sock, selectors.EVENT_READ)
             reply = None
             while reply is None or len(selector.get_map()) > 0:
@@ -277,7 +285,7 @@ class _ExecIO:
         self.stdin = self.stdin[sent:]
         if not self.stdin:
             selector.unregister(fd)
-            os.close(fd)
+            self._close(fd)
 
     def _read(self, selector: selectors.BaseSelector, fd: int, stream: int) -> None:
         try:

@@ -309,8 +309,9 @@ class GroupPool:
 
 
 def sweep(confinement: Confinement) -> int:
-    """Kill and remove every group under this service's parents (after a restart); how many."""
-    removed = 0
+    """Kill and remove every group under this service's parents (after a restart); how many
+    sandboxes' groups there were."""
+    names = set()
     for hierarchy in confinement.hierarchies.values():
         if not hierarchy.parent.is_dir():
             continue
@@ -320,5 +321,5 @@ def sweep(confinement: Confinement) -> int:
                 group.kill()
                 with contextlib.suppress(OSError):
                     group.remove()
-                    removed += 1
-    return removed
+                names.add(child.name)
+    return len(names)

@@ -62,6 +62,7 @@ class Host:
     def reap_orphans(self) -> int:
         """Kill and clean every sandbox a previous run left behind; how many there were."""
         recorded = self.state.reap()
+        self.groups.drain()
         swept = sweep(self.confinement)
         return max(len(recorded), swept)
 

@@ -34,6 +34,9 @@ FAMILIES: Families = {
 }
 
 
+_NAMES = {"ttl": "TTL", "lease": "lease"}
+
+
 @dataclass
 class Lease:
     box: Sandbox
@@ -159,7 +162,7 @@ class Manager:
             boxes = [(self.leases.pop(sandbox_id).box, reason) for sandbox_id, reason in due]
         for box, reason in boxes:
             self.reaped[reason] += 1
-            self.host.finish(box, f"reaped: its {reason} ran out")
+            self.host.finish(box, f"reaped: its {_NAMES[reason]} ran out")
         return len(boxes)
 
     def shutdown(self) -> None:

@@ -7,6 +7,7 @@ measured cold starts. A miss (the pool is empty) starts one cold and counts it; 
 starts a whole shortfall at once, since starts overlap (they wait on the agent's start, not CPU).
 """
 
+import logging
 import math
 import threading
 import time
@@ -18,6 +19,8 @@ from shipyard.sandbox.box import Sandbox
 from shipyard.sandbox.host import Host
 from shipyard.sandbox.image import Image
 from shipyard.sandbox.limits import Limits
+
+log = logging.getLogger("shipyard.sandbox")
 
 
 @dataclass(frozen=True)
@@ -94,25 +97,38 @@ class WarmPool:
                     return
                 count = self.target() - len(self.idle) - self.starting
                 self.starting += count
-            boxes = []
-            try:
-                for _ in range(count):
-                    boxes.append(self.host.start(self.image, self.limits))
-                for box in boxes:
-                    box.wait_ready()
-                    self._measured(box)
-            except StorageError:
-                time.sleep(1.0)  # a host that cannot start sandboxes now: do not spin
+            ready, failed = self._start(count)
             with self._wake:
                 self.starting -= count
-                for box in boxes:
-                    if box.dead:  # failed to start: wait_ready said why
-                        self.host.finish(box, box.dead)
-                        continue
-                    if self._stopped:
-                        self.host.finish(box, "the pool closed")
-                    else:
-                        self.idle.append(box)
+                if not self._stopped:
+                    self.idle.extend(ready)
+                    ready = []
+            for box in ready:  # the pool closed meanwhile
+                self.host.finish(box, "the pool closed")
+            if failed:
+                time.sleep(1.0)  # a host that cannot start sandboxes now: do not spin
+
+    def _start(self, count: int) -> tuple[list[Sandbox], bool]:
+        """Start `count` sandboxes at once, then wait for each; the ready ones, and whether any
+        failed (each failure logged with its reason)."""
+        boxes, ready, failed = [], [], False
+        try:
+            for _ in range(count):
+                boxes.append(self.host.start(self.image, self.limits))
+        except (StorageError, OSError) as exc:
+            log.warning("warm pool for %s: cannot start a sandbox: %s", self.image.id, exc)
+            failed = True
+        for box in boxes:
+            try:
+                box.wait_ready()
+            except StorageError as exc:
+                log.warning("warm pool for %s: %s", self.image.id, exc)
+                self.host.finish(box, box.dead or "failed to start")
+                failed = True
+                continue
+            self._measured(box)
+            ready.append(box)
+        return ready, failed
 
     def close(self) -> None:
         with self._wake:
