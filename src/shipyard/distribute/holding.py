@@ -429,7 +429,10 @@ class Holding:
             twin.task.cancel()
         self.held |= 1 << index
         self._seen_at[index] = np.inf
-        self.ctx.partial_sources.take(self.hashes[index])  # stored: its partial file is gone
+        if self.ctx.partial_sources.take(self.hashes[index]) != set():
+            # Bytes a called-off transfer left behind (or an earlier run did): a twin whose
+            # bytes were in memory stored the piece, so nobody else removes them.
+            self.ctx.partials.discard(self.hashes[index])
         self._origin_retries.held(index)
         if self._relay is not None:
             self._news.tell(self._relay[1].downstream)
