@@ -4,6 +4,7 @@ and compare Shipyard's swarm with every host downloading straight from the origi
     sudo .venv/bin/python benchmarks/fanout.py [--hosts 16] [--rate-mbit 100] [--size-mib 256]
         [--modes warm,cold] [--chaos [--boost-restarted]] [--chaos-origin] [--origin-gateways N]
         [--baseline-size-mib S] [--no-baseline] [--no-aria2] [--trace] [--keep]
+        [--liar notfound|halfreset|flip|slow] [--dead-seed]
 
 The clock measures what a user waits for: from `shipyard pull ID --dest DIR` launched on every
 host at once to the last host's pull returning with its file written (each file is then checked
@@ -22,6 +23,13 @@ origin's link sent (packet headers included) / S. With --trace every daemon writ
 trace (`peer serve --trace`) and `hops` summarises how the pieces spread (`peer hops`); with
 --chaos too, `restarts` gives each restarted host's pieces at the kill, its lag, and how soon after
 its restart it asked for and stored a piece.
+
+--liar MODE: after the clean warm run, the same swarm again with its last four hosts replaced
+by liars (`fanout_liars.py`): liar_vs_clean = the honest hosts' time / the clean run's, when
+each honest host blamed each liar, and the bytes left in partial files. --dead-seed: every
+host's only seed is an address where nothing listens; they must meet on the members board
+(`--members-uri`, a directory standing in for the origin's bucket); swarm_formed_s is how long
+that took, and origin_bytes_ratio is held to 1.2.
 """
 
 import argparse
@@ -46,6 +54,8 @@ import numpy.typing as npt
 from bytecode import compile_shipyard
 from fanout_aria2 import aria2_swarm
 from fanout_aria2 import available as aria2_available
+from fanout_liars import LIARS, blame_report, partial_bytes, start_liar
+from fanout_liars import MODES as LIAR_MODES
 from fanout_links import LinkMeter
 from fanout_pull import Pulls
 from fanout_rig import Rig
@@ -163,6 +173,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, help="stores go here (default: /dev/shm if it fits)")
     p.add_argument("--keep", action="store_true", help="keep stores, logs and link samples")
     p.add_argument("--trace", action="store_true", help="trace transfers; report how pieces spread")
+    p.add_argument("--liar", choices=LIAR_MODES, help="then rerun with four liars among the hosts")
+    p.add_argument("--dead-seed", action="store_true", help="no live seed: join via a board")
     args = p.parse_args()
     if os.geteuid() != 0:
         p.error("needs root (network namespaces and tc)")
@@ -171,8 +183,10 @@ def parse_args() -> argparse.Namespace:
     args.modes = args.modes.split(",")
     if "warm" not in args.modes or not set(args.modes) <= set(MODES):
         p.error(f"--modes: warm and optionally cold, comma-separated, not {args.modes}")
-    if (args.chaos or args.chaos_origin) and "cold" in args.modes:
+    if (args.chaos or args.chaos_origin or args.liar) and "cold" in args.modes:
         args.modes = ["warm"]  # the failures are staged on a warm swarm
+    if args.liar and args.hosts < LIARS + 2:
+        p.error(f"--liar needs at least {LIARS + 2} hosts")
     if args.origin_gateways is None:
         share = args.origin_rate_mbit / args.rate_mbit
         args.origin_gateways = max(1, round(DaemonConfig.origin_gateways * share))
@@ -198,6 +212,8 @@ def daemon_flags(args: argparse.Namespace) -> list[str]:
     flags = ["--no-fsync", "--origin-gateways", str(args.origin_gateways)]
     if args.congestion_control:
         flags += ["--congestion-control", args.congestion_control]
+    if args.dead_seed:
+        flags += ["--members-uri", str(args.board)]
     return flags
 
 
@@ -474,11 +490,15 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         hosts[-1].trace = work / f"h{i}.trace" if args.trace else None
     # Every host is told only of the first N/8: the would-be "trackers" that --chaos kills.
     seeds = hosts[: max(1, args.hosts // 8)]
+    if args.dead_seed:  # nothing listens on the origin's host at PORT
+        seeds = [Host("dead", origin_ns, origin_ip, work / "dead", work / "dead.log", work)]
+        args.board = work / "board"
     for host in hosts:
         start_daemon(rig, host, seeds, origin_url, daemon_flags(args))
     wait_listening(hosts, time.monotonic() + 120)
     pulls = spawn_pulls(rig, hosts, manifest.id, "warm")  # they import Shipyard meanwhile
     time.sleep(2)  # let gossip spread membership before the clock starts
+    formed = wait_formed(hosts, time.monotonic() + 60) if args.dead_seed else None
     run = Run(hosts, seeds, sizes, origin_log)
     size = manifest.size
     bound = size * 8 / (args.rate_mbit * 1e6)
@@ -536,6 +556,8 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
         "congestion_control": args.congestion_control or DaemonConfig.congestion_control,
         "origin_gateways": args.origin_gateways,
         "events": run.events,
+        "dead_seed": args.dead_seed,
+        "swarm_formed_s": formed,
         "restarted_hosts_refetched_pieces": refetched if resumed else None,
         "hedged_requests": int(hedged),
         "failed_requests": failed,
@@ -558,6 +580,9 @@ def bench(args: argparse.Namespace, rig: Rig, work: Path) -> dict[str, object]:
     say(f"warm: every pull returned with its file in {t_swarm:.1f} s ({t_swarm / bound:.3f} x "
         f"S/B; stores complete at {run.stores_done or t_swarm:.1f} s); origin sent "
         f"{origin_bytes / size:.2f} x S")  # fmt: skip
+    if args.liar:
+        return goals(result | liar_run(rig, args, run, origin_url, origin, store, manifest,
+                                       t_swarm, digest))  # fmt: skip
     if "cold" in args.modes:
         if origin.poll() is not None:
             origin = rig.spawn(origin_ns, http, origin_log)
@@ -643,16 +668,81 @@ def cold(rig: Rig, args: argparse.Namespace, run: Run, origin_url: str, manifest
     return t_cold, origin
 
 
+def wait_formed(hosts: list[Host], deadline: float) -> float:
+    """Seconds after the daemons listened until each knew every other alive (--dead-seed:
+    through the members board alone)."""
+    started = time.monotonic() - 2  # the settling pause before this
+    while time.monotonic() < deadline:
+        alive = [metrics(h).get("shipyard_peer_members_alive", 0) for h in hosts]
+        if min(alive) >= len(hosts) - 1:
+            return round(time.monotonic() - started, 2)
+        time.sleep(0.5)
+    raise SystemExit(f"no swarm formed through the members board: members alive {alive}")
+
+
+def liar_run(rig: Rig, args: argparse.Namespace, run: Run, origin_url: str,
+             origin: subprocess.Popen[bytes], store: Path, manifest: Manifest, t_clean: float,
+             digest: str) -> dict[str, object]:  # fmt: skip
+    """The warm run again with the last `LIARS` hosts replaced by liars of `args.liar`'s kind:
+    the honest hosts' time against the clean run's, whom they blamed and how soon, and the
+    bytes left in their partial files."""
+    honest, liars = run.hosts[:-LIARS], run.hosts[-LIARS:]
+    for host in run.hosts:
+        if host.proc:
+            rig.kill(host.proc)
+        shutil.rmtree(host.store, ignore_errors=True)
+        shutil.rmtree(host.dest, ignore_errors=True)
+        host.seen.clear()
+        host.trace = None
+        host.log, host.starts = host.log.with_name(f"{host.name}-liar.log"), 0  # a fresh start
+    for host in honest:
+        start_daemon(rig, host, run.seeds, origin_url, daemon_flags(args))
+    seeds = ",".join(s.address for s in run.seeds)
+    for host in liars:
+        host.starts += 1
+        host.proc = start_liar(rig, host.ns, host.address, args.liar, host.store, store, seeds,
+                               host.log)  # fmt: skip
+    wait_listening(run.hosts, time.monotonic() + 120)
+    pulls = spawn_pulls(rig, honest, manifest.id, "liar")
+    time.sleep(2)  # as in the clean run
+    since = run.origin_log.stat().st_size
+    lying = Run(honest, run.seeds, run.sizes, run.origin_log)
+    say(f"liars: {len(honest)} honest hosts and {LIARS} liars ({args.liar}) ...")
+    t_liar = swarm(rig, args, lying, origin_url, origin, pulls)
+    pulls.check([h.name for h in honest], "model.bin", digest)
+    blamed = blame_report([(h.ns, h.address) for h in honest], [h.address for h in liars],
+                          lying.wall_started)  # fmt: skip
+    left = sum(partial_bytes(h.store) for h in honest)
+    origin_ratio = origin_piece_bytes(run.origin_log, run.sizes, since) / manifest.size
+    say(f"liars: every honest pull returned in {t_liar:.1f} s ({t_liar / t_clean:.2f} x the "
+        f"clean run); {blamed}; partial bytes left {left}")  # fmt: skip
+    return {
+        "liar": args.liar,
+        "liars": LIARS,
+        "t_liar_s": round(t_liar, 2),
+        "liar_vs_clean": round(t_liar / t_clean, 3),
+        "liar_origin_bytes_ratio": round(origin_ratio, 3),
+        "partial_bytes_left": left,
+        **blamed,
+    }
+
+
 GOALS = (  # (figure, most, what) from issue 32, for the 16-host default
     ("value", 1.35, "warm x S/B"),
     ("cold_value", 1.5, "cold x S/B"),
     ("warm_vs_aria2", 0.65, "warm / aria2"),
     ("origin_bytes_ratio", 1.1, "origin bytes / S"),
+    ("liar_vs_clean", 1.5, "honest hosts with liars / clean run"),
+    ("blamed_all_within_s", 10.0, "seconds until every honest host blamed every liar"),
+    ("partial_bytes_left", 0, "bytes left in partial files"),
+    ("dead_seed_origin_bytes_ratio", 1.2, "origin bytes / S with a dead seed"),
 )
 
 
 def goals(result: dict[str, object]) -> dict[str, object]:
     """Say each figure against its goal (on stderr), and return `result`."""
+    if result.get("dead_seed"):
+        result["dead_seed_origin_bytes_ratio"] = result["origin_bytes_ratio"]
     for key, most, what in GOALS:
         figure = result.get(key)
         if isinstance(figure, float | int):
