@@ -11,7 +11,8 @@ the PostgreSQL server is restarted. Then the workers drain the queue.
 
 Prints one JSON line: lost (items neither done nor dead), double_effects (items whose effect
 happened more than once), stale_completions (effects under a token that is not the item's
-final lease), dead (dead-lettered items) beside built_to_fail, and the chaos applied.
+final lease), dead (dead-lettered items) beside built_to_fail and wrongly_dead, the chaos
+applied, and value: the sum of lost, double_effects, stale_completions and wrongly_dead (goal 0).
 """
 
 import argparse
@@ -200,7 +201,18 @@ def main() -> None:
                 result = run(args, cluster.create_database(), cluster, Path(tmp))
             finally:
                 cluster.remove()
-    print(json.dumps({"backend": args.backend, **result}))
+    wrong = sum(result[k] for k in ("lost", "double_effects", "stale_completions", "wrongly_dead"))
+    print(
+        json.dumps(
+            {
+                "name": "queue_chaos",
+                "unit": "items",
+                "value": wrong,
+                "backend": args.backend,
+                **result,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

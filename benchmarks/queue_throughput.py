@@ -11,7 +11,7 @@ also runs on SQLite with 8 processes. The baselines come from PyPI
     python benchmarks/queue_throughput.py [--items 20000] [--workers 8] [--batch 10]
 
 Prints one JSON line: value (Shipyard on PostgreSQL, items/s), pgqueuer, procrastinate,
-ratio (value / the faster baseline), sqlite.
+baseline (the faster of the two), ratio (value / baseline), sqlite (Shipyard on SQLite).
 """
 
 import argparse
@@ -235,8 +235,11 @@ def main() -> None:
     print(
         json.dumps(
             {
+                "name": "queue_throughput",
                 "metric": f"claim+complete items/s, {args.workers} processes, one PostgreSQL",
+                "unit": "items/s",
                 "value": round(value, 1),
+                "baseline": round(max(baselines), 1) if baselines else None,
                 "pgqueuer": figures["pgqueuer"] and round(figures["pgqueuer"], 1),
                 "procrastinate": figures["procrastinate"] and round(figures["procrastinate"], 1),
                 "ratio": round(value / max(baselines), 3) if baselines else None,

@@ -8,7 +8,6 @@ from dataclasses import asdict
 
 from shipyard.errors import InvalidInput
 from shipyard.queue import ItemRecord, Queue, open_queue
-from shipyard.queue.metrics import render
 from shipyard.queue.model import STATES, parse_json
 from shipyard.queue.worker import Worker, WorkerConfig
 
@@ -147,6 +146,8 @@ def _show(args: argparse.Namespace) -> int:
 def _stats(args: argparse.Namespace) -> int:
     stats = open_queue().stats(args.queue)
     if args.prometheus:
+        from shipyard.queue.metrics import render  # prometheus_client, only when asked for
+
         sys.stdout.write(render(stats))
         return 0
     for s in stats:

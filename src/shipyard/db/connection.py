@@ -6,6 +6,7 @@ in the subset both engines share; the connection turns them into psycopg's `%s` 
 `transaction()` every statement commits on its own. Every driver error becomes a `StorageError`
 that names the database; a lost PostgreSQL connection becomes `DatabaseUnavailable`, and the
 next statement connects afresh, so a caller that retries rides out a server restart.
+A `Database` is one connection: use one per thread.
 """
 
 import re
