@@ -5,7 +5,6 @@ made here per exec and handed in, so its output never passes through the agent a
 cap is enforced where the bytes arrive. Every agent reply is checked like any outside input.
 """
 
-import base64
 import contextlib
 import os
 import selectors
@@ -19,10 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from shipyard.errors import Conflict, InvalidInput, StorageError
-from shipyard.sandbox.agent import WireError, recv_msg, send_msg
+from shipyard.sandbox import agent
 from shipyard.sandbox.bwrap import ENV
 from shipyard.sandbox.cgroups import Confinement, Group
 from shipyard.sandbox.limits import Limits, Outcome, Result
+from shipyard.sandbox.wire import WireError, recv_msg, send_frame
 
 GRACE_S = 3.0  # past the timeout, how long the agent has to report before the sandbox goes
 DRAIN_S = 2.0  # after the agent reports, how long pipes may take to reach end of file
@@ -51,7 +51,7 @@ class Sandbox:
         """Block until the agent says it is up; a sandbox that cannot start says why."""
         try:
             self.sock.settimeout(timeout)
-            reply, _ = recv_msg(self.sock, MAX_REPLY)
+            reply = recv_msg(self.sock, MAX_REPLY)
             if reply.get("ready") is not True:
                 raise WireError(f"unexpected first message {str(reply)[:80]}")
         except (OSError, WireError) as exc:
@@ -75,16 +75,22 @@ class Sandbox:
         timeout: float = 10.0,
         env: Mapping[str, str] | None = None,
         cwd: str = "/work",
+        output_bytes: int | None = None,
     ) -> Result:
-        request = _exec_request(argv, timeout, env, cwd)
-        request["rlimits"] = self.confinement.rlimits(self.limits, timeout)
+        """Run `argv` to its end, then kill whatever it left; the result names how it ended.
+        `output_bytes` overrides the sandbox's output cap for this exec."""
+        request = agent.exec_request(
+            *_checked_exec(argv, timeout, env, cwd),
+            rlimits=self.confinement.rlimits(self.limits, timeout),
+        )
         with self._lock:
             if self.dead:
                 raise Conflict(f"sandbox {self.id} is closed ({self.dead})")
             self.execs += 1
             before = {g.hierarchy.controller: g.events() for g in self.groups}
             started = time.monotonic()
-            io = _ExecIO(self, stdin, self.limits.output_bytes)
+            cap = self.limits.output_bytes if output_bytes is None else output_bytes
+            io = _ExecIO(self, stdin, cap)
             reply = io.run(request, deadline=started + timeout + GRACE_S)
             after = {g.hierarchy.controller: g.events() for g in self.groups}
             hits = {name for name in after if after[name] > before[name]}
@@ -94,50 +100,32 @@ class Sandbox:
 
     def put_files(self, files: Mapping[str, bytes], mode: int = 0o644) -> None:
         """Write files into the writable layer; relative paths are under /work."""
-        total = 0
-        entries = []
+        if sum(map(len, files.values())) > MAX_FILES_BYTES:
+            raise InvalidInput(f"put_files: more than {MAX_FILES_BYTES} bytes in one call")
         for path, data in files.items():
             _check_path(path)
-            total += len(data)
-            entries.append({"path": path, "data": base64.b64encode(data).decode(), "mode": mode})
-        if total > MAX_FILES_BYTES:
-            raise InvalidInput(f"put_files: {total} bytes is over the {MAX_FILES_BYTES} limit")
-        reply = self._call({"op": "put", "files": entries})
-        if reply.get("ok") is not True:
-            raise InvalidInput(f"put_files in sandbox {self.id}: {str(reply.get('error'))[:300]}")
+            done = self.exec([agent.PATH, "put", path, f"{mode:o}"], stdin=data, timeout=60)
+            if not done.ok:
+                why = done.stderr.decode(errors="replace").strip() or done.detail
+                raise InvalidInput(f"put_files {path} in sandbox {self.id}: {why[:300]}")
 
     def get_files(self, paths: Sequence[str], max_bytes: int | None = None) -> dict[str, bytes]:
         """Read files from the sandbox (missing ones are left out), at most `max_bytes` in all."""
+        budget = min(max_bytes or MAX_FILES_BYTES, MAX_FILES_BYTES)
+        out: dict[str, bytes] = {}
         for path in paths:
             _check_path(path)
-        budget = min(max_bytes or MAX_FILES_BYTES, MAX_FILES_BYTES)
-        reply = self._call({"op": "get", "paths": list(paths), "max_bytes": budget}, budget)
-        if "error" in reply:
-            raise InvalidInput(f"get_files in sandbox {self.id}: {str(reply['error'])[:300]}")
-        out: dict[str, bytes] = {}
-        try:
-            for entry in reply["files"]:
-                if entry["path"] not in paths:
-                    raise ValueError(f"a file that was not asked for: {str(entry['path'])[:80]}")
-                out[entry["path"]] = base64.b64decode(entry["data"], validate=True)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise StorageError(f"get_files: sandbox {self.id} sent a bad reply ({exc})") from None
-        if sum(map(len, out.values())) > budget:
-            raise StorageError(f"get_files: sandbox {self.id} sent more than {budget} bytes")
+            room = budget - sum(map(len, out.values()))
+            done = self.exec([agent.PATH, "get", path], timeout=60, output_bytes=room)
+            if done.outcome is Outcome.NONZERO_EXIT and done.exit_code == 2:
+                continue  # no such file
+            if done.outcome is Outcome.OUTPUT_LIMIT:
+                raise InvalidInput(f"get_files: over the {budget}-byte limit at {path}")
+            if not done.ok:
+                why = done.stderr.decode(errors="replace").strip() or done.detail
+                raise InvalidInput(f"get_files {path} in sandbox {self.id}: {why[:300]}")
+            out[path] = done.stdout
         return out
-
-    def _call(self, request: dict[str, Any], reply_bytes: int = 0) -> dict[str, Any]:
-        with self._lock:
-            if self.dead:
-                raise Conflict(f"sandbox {self.id} is closed ({self.dead})")
-            try:
-                self.sock.settimeout(30)
-                send_msg(self.sock, request)
-                reply, _ = recv_msg(self.sock, MAX_REPLY + 2 * reply_bytes)
-                return reply
-            except (OSError, WireError) as exc:
-                self.destroy(f"agent failed: {exc}")
-                raise StorageError(f"sandbox {self.id}: the agent failed ({exc})") from None
 
     # End
 
@@ -184,9 +172,10 @@ def _check_path(path: Any) -> None:
         raise InvalidInput(f"file path {str(path)[:100]!r}: expected a path without '..' or NUL")
 
 
-def _exec_request(
+def _checked_exec(
     argv: Sequence[str], timeout: float, env: Mapping[str, str] | None, cwd: str
-) -> dict[str, Any]:
+) -> tuple[list[str], dict[str, str], str, float]:
+    """The exec's arguments as the agent takes them (env merged over the default), or refused."""
     if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
         raise InvalidInput("exec: argv must be a non-empty list of strings")
     if any("\0" in a for a in argv):
@@ -197,12 +186,14 @@ def _exec_request(
         raise InvalidInput(f"exec: timeout {timeout} is outside (0, 86400] seconds")
     merged = dict(ENV)
     for key, value in (env or {}).items():
-        if not isinstance(key, str) or not isinstance(value, str) or "=" in key or not key:
+        if not (isinstance(key, str) and isinstance(value, str)) or not key or "=" in key:
             raise InvalidInput(f"exec: environment entry {str(key)[:60]!r} is not NAME=text")
+        if "\0" in key + value:
+            raise InvalidInput(f"exec: environment entry {key[:60]!r} contains NUL")
         merged[key] = value
-    if not isinstance(cwd, str) or not cwd.startswith("/"):
-        raise InvalidInput(f"exec: cwd must be an absolute path, not {cwd!r}")
-    return {"op": "exec", "argv": list(argv), "env": merged, "cwd": cwd, "timeout": timeout}
+    if not isinstance(cwd, str) or not cwd.startswith("/") or "\0" in cwd:
+        raise InvalidInput(f"exec: cwd must be an absolute path, not {str(cwd)[:100]!r}")
+    return list(argv), merged, cwd, float(timeout)
 
 
 class _ExecIO:
@@ -223,7 +214,7 @@ class _ExecIO:
             self.open.discard(fd)
             os.close(fd)
 
-    def run(self, request: dict[str, Any], deadline: float) -> dict[str, Any] | None:
+    def run(self, request: bytes, deadline: float) -> dict[str, Any] | None:
         pipes = [os.pipe() for _ in range(3)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         ours = {pipes[0][1]: 0, pipes[1][0]: 1, pipes[2][0]: 2}
@@ -232,7 +223,7 @@ class _ExecIO:
         try:
             try:
                 sock.settimeout(GRACE_S)
-                send_msg(sock, request, fds=theirs)
+                send_frame(sock, request, fds=theirs)
             finally:
                 for fd in theirs:
                     os.close(fd)
@@ -266,7 +257,7 @@ class _ExecIO:
                     return reply
                 for key, _ in selector.select(wait):
                     if key.fileobj is sock:
-                        reply, _ = recv_msg(sock, MAX_REPLY)
+                        reply = recv_msg(sock, MAX_REPLY)
                         selector.unregister(sock)
                         deadline = min(deadline, time.monotonic() + DRAIN_S)
                     elif ours[key.fd] == 0:
@@ -301,7 +292,7 @@ class _ExecIO:
         self.out[stream] += data[: max(room, 0)]
         if len(data) > room:
             self.over_cap = True
-            send_msg(self.box.sock, {"op": "kill"})
+            send_frame(self.box.sock, agent.KILL)
 
 
 def _result(
@@ -327,6 +318,8 @@ def _result(
         outcome, detail = Outcome.DISK_LIMIT, f"the {caps.disk_mib} MiB writable layer is full"
     elif reply is None:
         outcome, detail = Outcome.KILLED, box.dead or io.no_answer
+    elif "exit" not in report and "signal" not in report:
+        outcome, detail = Outcome.KILLED, f"the agent refused: {str(reply.get('error'))[:200]}"
     elif sig is not None:
         outcome, detail = Outcome.KILLED, f"ended by {_signal_name(sig)}"
     elif exit_code != 0:

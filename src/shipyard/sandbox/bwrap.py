@@ -24,14 +24,12 @@ from shipyard.sandbox.limits import Limits
 
 SANDBOX_UID = 1000  # the uid inside; outside it is the service's (or nobody's)
 NOBODY = 65534
-AGENT_PATH = "/.shipyard/agent.py"
 ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8"}
 MARKER = "SHIPYARD_SANDBOX"
-_AGENT_SOURCE = Path(agent.__file__).read_bytes()
 _SECCOMP = seccomp.program()
 
 
-def argv(image: Image, limits: Limits, fds: dict[str, int]) -> list[str]:
+def argv(image: Image, limits: Limits, agent_binary: Path, fds: dict[str, int]) -> list[str]:
     words = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns"]
     words += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
     words += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--clearenv"]
@@ -41,13 +39,13 @@ def argv(image: Image, limits: Limits, fds: dict[str, int]) -> list[str]:
     words += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
     words += ["--size", str(limits.disk_mib << 20), "--tmpfs", "/work"]
     words += ["--dir", "/work/.tmp", "--symlink", "/work/.tmp", "/tmp"]
-    words += ["--ro-bind-data", str(fds["agent"]), AGENT_PATH, "--remount-ro", "/"]
+    words += ["--ro-bind", str(agent_binary), agent.PATH, "--remount-ro", "/"]
     words += ["--seccomp", str(fds["seccomp"]), "--chdir", "/work"]
-    return [*words, "python3", "-I", "-S", AGENT_PATH, str(fds["socket"])]
+    return [*words, agent.PATH, str(fds["socket"])]
 
 
 def _readable_pipe(data: bytes) -> int:
-    """A pipe holding `data` (a few KiB: it fits the pipe buffer), its write end closed."""
+    """A pipe holding `data` (under 1 KiB: it fits the pipe buffer), its write end closed."""
     read, write = os.pipe()
     try:
         os.write(write, data)
@@ -60,6 +58,7 @@ def start(
     image: Image,
     limits: Limits,
     groups: Sequence[Group],
+    agent_binary: Path,
     socket_fd: int,
     stderr: int,
     tag: str,
@@ -68,8 +67,7 @@ def start(
 
     `tag` goes in bubblewrap's environment as MARKER (the sandboxed command gets a clean one), so
     a process left by any sandbox of this host can be found and counted from /proc."""
-    fds = {"agent": _readable_pipe(_AGENT_SOURCE), "seccomp": _readable_pipe(_SECCOMP)}
-    fds["socket"] = socket_fd
+    fds = {"seccomp": _readable_pipe(_SECCOMP), "socket": socket_fd}
     joins = [os.open(g.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for g in groups]
 
     def join() -> None:  # in the child, before exec: "0" is the writing process itself
@@ -79,7 +77,7 @@ def start(
     as_root = os.geteuid() == 0
     try:
         return subprocess.Popen(
-            argv(image, limits, fds),
+            argv(image, limits, agent_binary, fds),
             pass_fds=list(fds.values()),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -92,5 +90,5 @@ def start(
             preexec_fn=join if joins else None,
         )
     finally:
-        for fd in [fds["agent"], fds["seccomp"], *joins]:
+        for fd in [fds["seccomp"], *joins]:
             os.close(fd)

@@ -11,6 +11,7 @@ writes, not a mkdir per controller.
 import contextlib
 import errno
 import os
+import resource
 import secrets
 import signal
 import threading
@@ -74,15 +75,15 @@ class Confinement:
             lines.append(line)
         return lines
 
-    def rlimits(self, limits: Limits, timeout: float) -> dict[str, int]:
+    def rlimits(self, limits: Limits, timeout: float) -> dict[int, int]:
         """Rlimits for one exec: always core and file size; the fallbacks for missing cgroups."""
-        out = {"RLIMIT_CORE": 0, "RLIMIT_FSIZE": limits.disk_mib * (1 << 20)}
+        out = {resource.RLIMIT_CORE: 0, resource.RLIMIT_FSIZE: limits.disk_mib << 20}
         if "memory" not in self.hierarchies:
-            out["RLIMIT_AS"] = limits.memory_mib * (1 << 20)
+            out[resource.RLIMIT_AS] = limits.memory_mib << 20
         if "pids" not in self.hierarchies:
-            out["RLIMIT_NPROC"] = limits.pids + OVERHEAD_PIDS
+            out[resource.RLIMIT_NPROC] = limits.pids + OVERHEAD_PIDS
         if "cpu" not in self.hierarchies:
-            out["RLIMIT_CPU"] = int(timeout * limits.cpus) + 1
+            out[resource.RLIMIT_CPU] = int(timeout * limits.cpus) + 1
         return out
 
 

@@ -25,9 +25,9 @@ from shipyard.errors import (
     StorageError,
 )
 from shipyard.home import shipyard_home
-from shipyard.sandbox.agent import WireError, recv_msg, send_msg
 from shipyard.sandbox.limits import Limits, Result
 from shipyard.sandbox.server import MAX_REQUEST, socket_path
+from shipyard.sandbox.wire import WireError, recv_msg, send_msg
 
 _ERRORS: dict[int, type[ShipyardError]] = {
     2: InvalidInput,
@@ -55,7 +55,7 @@ class _Connection:
         with self.lock:
             try:
                 send_msg(self.sock, {"op": op, **fields})
-                reply, _ = recv_msg(self.sock, MAX_REQUEST)
+                reply = recv_msg(self.sock, MAX_REQUEST)
             except (OSError, WireError) as exc:
                 raise StorageError(f"sandbox service at {self.path}: {exc}") from None
         if "error" in reply:

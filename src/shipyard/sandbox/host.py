@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from shipyard.errors import StorageError
-from shipyard.sandbox import bwrap, leaks
+from shipyard.sandbox import agent, bwrap, leaks
 from shipyard.sandbox.box import Sandbox
 from shipyard.sandbox.cgroups import Confinement, GroupPool, sweep
 from shipyard.sandbox.image import HOST, Image, ImageCache
@@ -52,6 +52,7 @@ class Host:
             )
         self.groups = GroupPool(self.confinement)
         self.images = ImageCache(home)
+        self.agent = agent.binary(self.images.root)
         self.state = StateDir(home / "sandbox" / f"state{tag}")
         # PR_SET_PDEATHSIG (--die-with-parent) fires when the *thread* that forked bubblewrap
         # ends, so every start happens on this one long-lived thread.
@@ -99,7 +100,14 @@ class Host:
         errors_r, errors_w = os.pipe()
         try:
             process = self._spawner.submit(
-                bwrap.start, image, limits, groups, theirs.fileno(), errors_w, self.tag
+                bwrap.start,
+                image,
+                limits,
+                groups,
+                self.agent,
+                theirs.fileno(),
+                errors_w,
+                self.tag,
             ).result()
         except OSError as exc:
             ours.close()

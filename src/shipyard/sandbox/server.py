@@ -24,9 +24,9 @@ from prometheus_client import generate_latest
 from shipyard.errors import Conflict, InvalidInput, ShipyardError
 from shipyard.httpguard import Guard, GuardedHandler, Raw, is_loopback
 from shipyard.prometheus import snapshot_registry
-from shipyard.sandbox.agent import WireError, recv_msg, send_msg
 from shipyard.sandbox.limits import Limits
 from shipyard.sandbox.manager import FAMILIES, Manager
+from shipyard.sandbox.wire import WireError, recv_msg, send_msg
 
 MAX_REQUEST = 96 << 20  # a put of the largest file set, base64-encoded
 log = logging.getLogger("shipyard.sandbox")
@@ -107,7 +107,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self) -> None:
         while True:
             try:
-                request, _ = recv_msg(self.request, MAX_REQUEST)
+                request = recv_msg(self.request, MAX_REQUEST)
             except (OSError, WireError):
                 return  # the driver went away or broke the format: drop the connection
             try:
@@ -168,7 +168,12 @@ def serve(
     path = socket_path(home)
     path.unlink(missing_ok=True)  # left by a service that died: the lock proves none runs
     manager = make_manager()
-    server = _Server(str(path), _Handler)
+    # Bound and listening under a temporary name, then renamed: the socket's path appears only
+    # when a client can connect to it.
+    temp = path.with_name(f".{path.name}.{os.getpid()}")
+    temp.unlink(missing_ok=True)
+    server = _Server(str(temp), _Handler)
+    os.replace(temp, path)
     server.manager = manager
     metrics = _metrics_server(manager, metrics_listen, home) if metrics_listen else None
     if on_ready:
