@@ -64,6 +64,15 @@ def test_a_peer_is_blamed_and_logged_once(capsys: pytest.CaptureFixture[str]) ->
     assert blame.metrics.values["shipyard_peer_blamed_peers"][()] == 1
 
 
+def test_a_peers_words_reach_the_log_without_control_characters(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    blame = blame_at([0.0])
+    blame.lose_standing(A, "refused", "not here\npeer 10.0.0.9:7000: blamed \x1b[31mnobody")
+    [line] = capsys.readouterr().err.splitlines()  # one line, whatever the peer said
+    assert "\x1b" not in line and blame.report()[0]["detail"].count("?") == 2
+
+
 def test_partial_sources_know_who_wrote_kept_bytes_only_within_this_run() -> None:
     sources = PartialSources()
     sources.opened("p1", 0)

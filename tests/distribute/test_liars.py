@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from shipyard.cli.peer import render_status
 from shipyard.distribute import pull
 from shipyard.distribute.client import daemon_status
 from shipyard.store import Manifest
@@ -91,6 +92,8 @@ def test_half_a_piece_of_garbage_then_a_reset_leaves_no_bytes_behind(
     try:
         wait_until(lambda: liar.address in blamed(host), what="the liar blamed")
         assert blamed(host) == {liar.address: "truncated"}
+        table = render_status(daemon_status(host.port))
+        assert f"blamed {liar.address} (truncated): peer {liar.address}: " in table
         assert host.metrics()['shipyard_peer_claim_failures_total{reason="truncated"}'] >= 3
         assert partial_bytes(host) == {}  # none of the liar's half pieces was kept
 

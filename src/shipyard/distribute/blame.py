@@ -90,12 +90,15 @@ class Blame:
         """Ask `peer` for nothing again; logged and counted once per peer."""
         if peer in self.blamed:
             return
-        self.blamed[peer] = Blamed(reason, detail[:300], time.time())
+        detail = _printable(detail[:300])  # a peer's own words: no newlines or escapes in logs
+        self.blamed[peer] = Blamed(reason, detail, time.time())
+        for key in [k for k in self._retracted if k[0] == peer]:  # its claims count for nothing
+            del self._retracted[key]
         self.version += 1
         self.metrics.inc("shipyard_peer_blamed_total", reason=reason)
         self.metrics.set("shipyard_peer_blamed_peers", len(self.blamed))
         print(
-            f"peer {self.me}: blamed {peer} ({reason}): {detail[:300]}; it is asked for "
+            f"peer {self.me}: blamed {peer} ({reason}): {detail}; it is asked for "
             "nothing more by this daemon",
             file=sys.stderr,
             flush=True,
@@ -117,3 +120,7 @@ class Blame:
             {"peer": peer, "reason": b.reason, "detail": b.detail, "at": round(b.at, 3)}
             for peer, b in self.blamed.items()
         ]
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)

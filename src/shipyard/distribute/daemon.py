@@ -66,7 +66,8 @@ class PeerDaemon:
         # The second way in besides the seeds, and the watch for finding nobody (`bootstrap`).
         self.board = open_board(config, self.ctx.rng)
         where = f"seeds: {', '.join(seeds) or 'none'}; members board: {config.members_uri}"
-        self.isolation = Isolation(self.ctx, bool(seeds) or self.board is not None, where)
+        expects_peers = bool(self.ctx.membership.seeds) or self.board is not None  # not itself
+        self.isolation = Isolation(self.ctx, expects_peers, where)
         self._board_visit: asyncio.Task[None] | None = None
         self._wants_written = asyncio.Lock()  # records written in the order of the news
         self._writes: set[asyncio.Task[None]] = set()  # store writes under way
