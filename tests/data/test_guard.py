@@ -1,6 +1,7 @@
 """A record that kills its worker (a crash, or a hang no alarm reaches) costs that record only."""
 
 import ctypes
+import os
 import signal
 import time
 from pathlib import Path
@@ -19,41 +20,66 @@ from .conftest import MakeWarc, english_text, html_page
 
 def native_trouble(html: str, main: bool) -> str:
     if "CRASH-ME" in html:
-        ctypes.string_at(0)  # a real segmentation fault of the worker process
+        ctypes.string_at(0)  # a real segmentation fault of the extract worker
     if "HANG-ME" in html:
         # Native code never returns to the interpreter, so no signal handler runs: block the
-        # per-record alarm to behave the same way.
+        # alarm signal to behave the same way. Only killing the worker ends this.
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})
+        time.sleep(600)
+    if "KILL-TASK" in html:
+        os.kill(os.getppid(), signal.SIGKILL)  # the task process itself dies mid-record
         time.sleep(600)
     return html
 
 
-def test_records_that_kill_the_worker_are_quarantined_on_retry(
-    make_warc: MakeWarc, tmp_path: Path
-) -> None:
+def trouble_task(make_warc: MakeWarc, tmp_path: Path, marks: dict[int, str]) -> FileTask:
     register_extractor("native-trouble", native_trouble)
     texts = [english_text(seed) for seed in range(5)]
-    texts[1] += " CRASH-ME"
-    texts[3] += " HANG-ME"
+    for index, mark in marks.items():
+        texts[index] += f" {mark}"
     pages = [Page(f"https://example.org/{i}", html_page(t)) for i, t in enumerate(texts)]
     warc = make_warc("trouble.warc.gz", pages)
     config = PipelineConfig(
         "guard", (str(warc),), extract=ExtractConfig(engine="native-trouble", timeout_s=0.5)
     )
-    task = FileTask(str(warc), file_sha256(warc), config, str(tmp_path / "cache"))
+    return FileTask(str(warc), file_sha256(warc), config, str(tmp_path / "cache"))
 
-    # Each death costs one attempt: the crash, then the hang (killed at the task timeout).
-    [outcome] = LocalExecutor(workers=1, task_timeout_s=20, max_retries=2).map(run_task, [task])
 
-    assert outcome.ok, outcome.error
-    assert outcome.attempts == 3
-    extract_key = dict(stage_keys(config, task.file_hash))["extract"]
+def extract_output(task: FileTask) -> tuple[list[dict[str, str]], list[str]]:
+    extract_key = dict(stage_keys(task.config, task.file_hash))["extract"]
     folder = output_dir(task.cache, "extract", extract_key)
     quarantined = pq.read_table(folder / "quarantine.parquet").to_pylist()
-    assert sorted(r["reason"] for r in quarantined) == [POISON_REASON, POISON_REASON]
-    kept = pq.read_table(folder / "data.parquet").column("text").to_pylist()
-    assert len(kept) == 3
-    assert not any("CRASH-ME" in t or "HANG-ME" in t for t in kept)
+    return quarantined, pq.read_table(folder / "data.parquet").column("text").to_pylist()
+
+
+def test_native_hangs_and_crashes_cost_their_record_within_the_attempt(
+    make_warc: MakeWarc, tmp_path: Path
+) -> None:
+    task = trouble_task(make_warc, tmp_path, {0: "HANG-ME", 1: "CRASH-ME", 3: "HANG-ME"})
+    [outcome] = LocalExecutor(workers=1, task_timeout_s=120, max_retries=0).map(run_task, [task])
+    assert outcome.ok, outcome.error
+    assert outcome.attempts == 1  # the extract worker was killed and replaced, not the task
+    quarantined, kept = extract_output(task)
+    assert [(r["doc_id"], r["reason"]) for r in quarantined] == [
+        ("trouble.warc.gz:1", "timeout after 0.5s in extract"),
+        ("trouble.warc.gz:2", "extract worker died (signal SIGSEGV)"),
+        ("trouble.warc.gz:4", "timeout after 0.5s in extract"),
+    ]
+    assert len(kept) == 2 and not any("-ME" in t for t in kept)
+
+
+def test_a_record_that_kills_its_task_is_quarantined_on_retry(
+    make_warc: MakeWarc, tmp_path: Path
+) -> None:
+    task = trouble_task(make_warc, tmp_path, {2: "KILL-TASK"})
+    [outcome] = LocalExecutor(workers=1, task_timeout_s=120, max_retries=2).map(run_task, [task])
+    assert outcome.ok, outcome.error
+    assert outcome.attempts == 2
+    quarantined, kept = extract_output(task)
+    assert [(r["doc_id"], r["reason"]) for r in quarantined] == [
+        ("trouble.warc.gz:3", POISON_REASON)
+    ]
+    assert len(kept) == 4
     assert list((tmp_path / "cache" / ".guard").iterdir()) == []  # finished: nothing to remember
 
 

@@ -62,6 +62,26 @@ def test_hanging_extractor_costs_one_record_not_the_task() -> None:
     assert quarantine.rows[0]["reason"].startswith("timeout")
 
 
+def test_deeply_nested_page_times_out_inside_native_code() -> None:
+    # resiliparse's time grows much faster than linearly with nesting: 8,000 levels take
+    # seconds of C++ that no signal handler interrupts; the worker is killed instead
+    depth = 8000
+    nested = ("<html><body>" + "<div><span>x " * depth + "</span></div>" * depth).encode()
+    fine = html_page(english_text(1))
+    config = PipelineConfig("t", ("x",), extract=ExtractConfig(timeout_s=0.5))
+    quarantine = Quarantine("f")
+    out = get_stage("extract")(config).process(batch_of(html=[fine, nested, fine]), quarantine)
+    assert out["doc_id"] == ["d0", "d2"]
+    assert quarantine.rows == [
+        {
+            "doc_id": "d1",
+            "source": "f",
+            "stage": "extract",
+            "reason": "timeout after 0.5s in extract",
+        }
+    ]
+
+
 def test_unknown_extractor_is_rejected() -> None:
     config = PipelineConfig("t", ("x",), extract=ExtractConfig(engine="nope"))
     with pytest.raises(InvalidInput, match=r"extract\.engine 'nope'"):

@@ -4,17 +4,16 @@ Stages take a batch and return it with new columns; a record that a stage cannot
 the quarantine with its reason and leaves the batch, so one bad record never fails a task.
 """
 
-import signal
-import threading
+import contextlib
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pyarrow as pa
 
 from shipyard.data.guard import POISON_REASON, RecordGuard
+from shipyard.data.isolate import Isolated, RecordCrash, RecordError, RecordTimeout
 
 Batch = dict[str, list[Any]]
 
@@ -66,31 +65,7 @@ class Quarantine:
         return pa.Table.from_pylist(self.rows, schema=QUARANTINE_SCHEMA)
 
 
-class RecordTimeout(Exception):
-    """A record took longer than its stage allows."""
-
-
 T = TypeVar("T")
-
-
-@contextmanager
-def _alarm(seconds: float) -> Iterator[None]:
-    # SIGALRM interrupts Python-level loops and sleeps; C code that never returns is left to the
-    # executor's task timeout, which kills the worker process.
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def fire(signum: int, frame: Any) -> None:
-        raise RecordTimeout(f"exceeded {seconds:g}s")
-
-    previous = signal.signal(signal.SIGALRM, fire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def guarded_map(
@@ -100,36 +75,39 @@ def guarded_map(
     fn: Callable[[int], T],
     timeout_s: float | None = None,
 ) -> tuple[list[int], list[T]]:
-    """Apply `fn` to each row index; a row that raises or times out goes to quarantine.
+    """Apply `fn` to each row index; a row that raises, crashes or times out goes to quarantine.
 
-    Returns the surviving row indices and their results, in order. With a `RecordGuard` on the
-    quarantine, a row that killed the worker on an earlier attempt is quarantined, not re-run.
+    With `timeout_s`, rows run in a worker process (`Isolated`) that is killed and replaced when a
+    row takes longer, however deep in native code it is stuck; a row past the timeout is
+    quarantined as "timeout after Ns in <stage>", and any number of rows may be. Returns the
+    surviving row indices and their results, in order. With a `RecordGuard` on the quarantine, a
+    row that killed the whole task on an earlier attempt is quarantined, not re-run.
     """
     kept: list[int] = []
     results: list[T] = []
     ids = batch["doc_id"]
     guard = quarantine.guard
-    for i in range(len(ids)):
-        if guard and guard.is_poisoned(stage, ids[i]):
-            quarantine.add(ids[i], stage, POISON_REASON)
-            continue
-        if guard:
-            guard.enter(stage, ids[i])
-        try:
-            if timeout_s is None:
-                value = fn(i)
-            else:
-                with _alarm(timeout_s):
-                    value = fn(i)
-        except RecordTimeout as exc:
-            quarantine.add(ids[i], stage, f"timeout: {exc}")
-            continue
-        except Exception as exc:
-            quarantine.add(ids[i], stage, f"{type(exc).__name__}: {exc}")
-            continue
-        finally:
+    with contextlib.ExitStack() as stack:
+        call = fn
+        if timeout_s is not None:
+            call = stack.enter_context(Isolated(fn, stage, timeout_s)).call
+        for i in range(len(ids)):
+            if guard and guard.is_poisoned(stage, ids[i]):
+                quarantine.add(ids[i], stage, POISON_REASON)
+                continue
             if guard:
-                guard.leave()
-        kept.append(i)
-        results.append(value)
+                guard.enter(stage, ids[i])
+            try:
+                value = call(i)
+            except (RecordTimeout, RecordCrash, RecordError) as exc:
+                quarantine.add(ids[i], stage, str(exc))
+                continue
+            except Exception as exc:
+                quarantine.add(ids[i], stage, f"{type(exc).__name__}: {exc}")
+                continue
+            finally:
+                if guard:
+                    guard.leave()
+            kept.append(i)
+            results.append(value)
     return kept, results

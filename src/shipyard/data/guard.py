@@ -1,7 +1,8 @@
-"""Remember which record a task was processing, so a record that kills its worker is skipped.
+"""Remember which record a task was processing, so a record that kills its task is skipped.
 
-A record that hangs inside native code (where SIGALRM cannot interrupt it) or crashes the
-process takes the whole attempt down; the executor kills or reaps it and retries the task. Before
+Extraction runs in a worker process that is killed and replaced on a hang or crash
+(`shipyard.data.isolate`); a record that takes the task process itself down (a crash in another
+stage, the out-of-memory killer) ends the attempt, and the executor retries the task. Before
 each guarded record the task writes `stage<TAB>doc_id` to an in-flight file beside its outputs
 and clears it after; the retry finds the name still there, adds it to the task's poison list, and
 quarantines that one record instead of running it again. One bad record never fails a task.

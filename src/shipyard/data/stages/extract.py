@@ -1,8 +1,10 @@
 """Extract the main text of each HTML page (resiliparse by default, trafilatura as an option).
 
 Bytes are decoded with the detected encoding; a page whose bytes mostly fail to decode goes to
-quarantine rather than into the corpus as mojibake. Each record runs under the stage's timeout, so
-an extractor that hangs costs one record, not the task.
+quarantine rather than into the corpus as mojibake. Records are extracted in a worker process
+that is killed and replaced when one takes longer than `extract.timeout_s` or crashes it, so a
+page that keeps the extractor busy in native code costs that page ("timeout after 5s in
+extract"), not the task.
 """
 
 import codecs
@@ -64,7 +66,7 @@ def decode_html(raw: bytes) -> str:
 @register
 class Extract(Stage):
     name: ClassVar[str] = "extract"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
     section: ClassVar[str] = "extract"
 
     def __init__(self, config: PipelineConfig) -> None:

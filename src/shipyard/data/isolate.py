@@ -1,0 +1,126 @@
+"""Run a per-record function in a worker process that can be killed when a record takes too long.
+
+A signal handler runs only between Python bytecodes, so an alarm cannot stop an extractor stuck
+in native code (a deeply nested page keeps resiliparse busy for minutes). `Isolated` forks a
+worker that inherits the function and its data; the parent sends a row index, waits up to the
+timeout for the answer, and on a timeout kills the worker (SIGKILL reaches native code too) and
+forks a fresh one for the next record. A worker that crashes costs its record the same way.
+"""
+
+import contextlib
+import ctypes
+import os
+import signal
+from collections.abc import Callable
+from multiprocessing.connection import Connection, Pipe
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+_PR_SET_PDEATHSIG = 1  # Linux prctl option
+
+
+class RecordTimeout(Exception):
+    """A record took longer than its stage allows."""
+
+
+class RecordCrash(Exception):
+    """The worker died while processing a record."""
+
+
+class RecordError(Exception):
+    """The function raised for a record (the worker's exception, as type and message)."""
+
+
+def _die_with(parent: int) -> None:
+    """Be killed when `parent` dies: the worker holds copies of its parent's descriptors (the
+    executor's pipes among them), and an orphan would keep them open."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # it died before the request took effect
+        os._exit(1)
+
+
+def _serve(fn: Callable[[int], Any], conn: Connection) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the worker ends
+    while True:
+        try:
+            index = conn.recv()
+        except EOFError:
+            return
+        try:
+            conn.send((True, fn(index)))
+        except Exception as exc:
+            conn.send((False, f"{type(exc).__name__}: {exc}"))
+
+
+class Isolated(Generic[T]):
+    """`call(i)` runs `fn(i)` in the worker; use as a context manager so the worker ends."""
+
+    def __init__(self, fn: Callable[[int], T], stage: str, timeout_s: float) -> None:
+        self._fn = fn
+        self._stage = stage
+        self._timeout_s = timeout_s
+        self._pid: int | None = None
+        self._conn: Connection | None = None
+
+    def __enter__(self) -> "Isolated[T]":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, index: int) -> T:
+        conn = self._worker()
+        conn.send(index)
+        if not conn.poll(self._timeout_s):
+            self._kill()
+            raise RecordTimeout(f"timeout after {self._timeout_s:g}s in {self._stage}")
+        try:
+            ok, payload = conn.recv()
+        except EOFError:
+            code = self._kill()
+            raise RecordCrash(f"{self._stage} worker died ({_describe(code)})") from None
+        if not ok:
+            raise RecordError(payload)
+        result: T = payload
+        return result
+
+    def _worker(self) -> Connection:
+        if self._conn is None:
+            # a plain fork: the executor's task processes are daemons, which multiprocessing
+            # does not let have children
+            parent, child = Pipe()
+            me = os.getpid()
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _die_with(me)
+                    parent.close()
+                    _serve(self._fn, child)
+                finally:
+                    os._exit(0)
+            child.close()
+            self._pid, self._conn = pid, parent
+        return self._conn
+
+    def _kill(self) -> int | None:
+        """End the worker now; its exit status (negative: the signal that ended it)."""
+        if self._conn is not None:
+            self._conn.close()
+        pid, self._pid, self._conn = self._pid, None, None
+        if pid is None:
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        return os.waitstatus_to_exitcode(status)
+
+    def close(self) -> None:
+        self._kill()
+
+
+def _describe(code: int | None) -> str:
+    if code is not None and code < 0:
+        return f"signal {signal.Signals(-code).name}"
+    return f"exit code {code}"
