@@ -54,6 +54,17 @@ def test_a_restarted_server_is_reconnected_on_the_next_statement(pg_cluster: Clu
     assert db.rows("SELECT x FROM t") == [(2,)]
 
 
+def test_rows_come_as_tuples_or_as_records_by_column_name(db_url: str) -> None:
+    db = Database(db_url)
+    db.run("CREATE TABLE t (x INTEGER, label TEXT)")
+    db.run_many("INSERT INTO t VALUES (?, ?)", [(1, "a"), (2, "b")])
+    assert db.rows("SELECT x, label FROM t WHERE x > :low ORDER BY x", {"low": 0}) == [
+        (1, "a"),
+        (2, "b"),
+    ]
+    assert db.records("SELECT x, label FROM t WHERE x = ?", (2,)) == [{"x": 2, "label": "b"}]
+
+
 def test_a_failed_statement_rolls_its_transaction_back(db_url: str) -> None:
     db = Database(db_url)
     db.run("CREATE TABLE t (x INTEGER PRIMARY KEY)")

@@ -104,6 +104,17 @@ class Database:
         cursor = self._pg_execute(sql, params)
         return cursor.fetchall() if cursor.description else []
 
+    def records(self, sql: str, params: Params = ()) -> list[dict[str, Any]]:
+        """`rows`, each as a dict keyed by column name."""
+        if self._sqlite is not None:
+            try:
+                cursor = self._sqlite.execute(sql, params)
+                return _as_dicts(cursor.description, cursor.fetchall())
+            except sqlite3.Error as exc:
+                raise self._error(exc) from None
+        pg = self._pg_execute(sql, params)
+        return _as_dicts(pg.description, pg.fetchall() if pg.description else [])
+
     def run(self, sql: str, params: Params = ()) -> int:
         """Run one statement; return how many rows it changed."""
         if self._sqlite is not None:
@@ -218,6 +229,11 @@ class Database:
                 self._pg.close()
             return DatabaseUnavailable(f"{self} is unreachable: {_first_line(exc)}")
         return StorageError(f"{self}: {_first_line(exc)}")
+
+
+def _as_dicts(description: Any, rows: list[Any]) -> list[dict[str, Any]]:
+    names = [column[0] for column in description or ()]
+    return [dict(zip(names, row, strict=True)) for row in rows]
 
 
 def _first_line(exc: Exception) -> str:

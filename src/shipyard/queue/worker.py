@@ -4,7 +4,8 @@ The payload reaches CMD as JSON on stdin (or in `$SHIPYARD_PAYLOAD`), with the i
 and attempt in `$SHIPYARD_ITEM_ID`, `$SHIPYARD_ITEM_KEY` and `$SHIPYARD_ITEM_ATTEMPT`. While CMD
 runs the worker heartbeats its lease. Exit 0 completes the item with CMD's stdout as the result
 (the JSON value it printed, else the text), in the same transaction that ends the lease; any
-other exit fails it with the last line of CMD's stderr as the reason.
+other exit fails it with the last line of CMD's stderr as the reason. CMD's stderr is copied to
+the worker's once CMD ends.
 
 SIGTERM (or SIGINT) stops the worker gracefully: a running CMD gets `grace` seconds to finish
 and its item is completed as usual; after that CMD is terminated and its item released for
@@ -14,6 +15,7 @@ a finished item's result is kept and retried for as long as its lease could stil
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -157,6 +159,9 @@ class Worker:
                 raise InvalidInput(f"queue worker: {why}") from None
             outcome = self._watch(item, proc)
             reason = _last_line(err)
+            err.seek(0)
+            shutil.copyfileobj(err, sys.stderr.buffer)  # CMD's own log, after the fact
+            sys.stderr.flush()
             if outcome == "lost":
                 self.log(f"item {item.id}: lease lost while running; its result is discarded")
             elif outcome == "stopped":
