@@ -7,7 +7,11 @@
  * only its own episode; the service checks every reply (see agent.py for the wire format).
  *
  * Also `agent put PATH MODE` (stdin into PATH, parents made) and `agent get PATH` (PATH to
- * stdout; exit 2 if it does not exist), run through exec by put_files and get_files.
+ * stdout; exit 2 if it does not exist), run through exec by put_files and get_files; and, on the
+ * host, `agent launch UID FDS COMMAND...`, which starts bubblewrap: it joins the sandbox's cgroups
+ * (writes "0" to each cgroup.procs fd in FDS, comma-separated, or "-"), drops to UID (-1: stays),
+ * and execs COMMAND. Doing that here rather than in a Python pre-exec hook lets the service start
+ * a sandbox with vfork instead of forking its whole interpreter.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -26,6 +30,7 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -244,11 +249,32 @@ static int get(const char *path) {
     return 0;
 }
 
+static int launch(char **argv) {
+    int uid = atoi(argv[2]);
+    if (strcmp(argv[3], "-") != 0) {
+        for (char *fd = strtok(argv[3], ","); fd; fd = strtok(NULL, ",")) {
+            if (write(atoi(fd), "0", 1) != 1) {
+                dprintf(2, "cannot join the sandbox's cgroup: %s\n", strerror(errno));
+                return 127;
+            }
+            close(atoi(fd));
+        }
+    }
+    if (uid >= 0 && (setgroups(0, NULL) || setgid(uid) || setuid(uid))) {
+        dprintf(2, "cannot become uid %d: %s\n", uid, strerror(errno));
+        return 127;
+    }
+    execvp(argv[4], argv + 4);
+    dprintf(2, "cannot run %s: %s\n", argv[4], strerror(errno));
+    return 127;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 4 && strcmp(argv[1], "launch") == 0) return launch(argv);
     if (argc == 4 && strcmp(argv[1], "put") == 0) return put(argv[2], argv[3]);
     if (argc == 3 && strcmp(argv[1], "get") == 0) return get(argv[2]);
     if (argc != 2) {
-        dprintf(2, "usage: agent FD | agent put PATH MODE | agent get PATH\n");
+        dprintf(2, "usage: agent FD | put PATH MODE | get PATH | launch UID FDS COMMAND...\n");
         return 2;
     }
     sock = atoi(argv[1]);

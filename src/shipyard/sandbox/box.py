@@ -7,6 +7,7 @@ cap is enforced where the bytes arrive. Every agent reply is checked like any ou
 
 import contextlib
 import os
+import select
 import selectors
 import signal
 import socket
@@ -45,10 +46,19 @@ class Sandbox:
     dead: str = ""  # why it is gone, once it is
     execs: int = 0
     closer: Callable[["Sandbox"], None] | None = field(default=None, repr=False)
+    # Counts work in (+1) and out (-1) for the CPU weight: a start, from launch to the agent's
+    # ready message, and each exec.
+    busy: Callable[[int], None] = field(default=lambda step: None, repr=False)
+    starting: bool = False  # counted in `busy` until `started()`
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _start_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        """Block until the agent says it is up; a sandbox that cannot start says why."""
+    def wait_ready(self, timeout: float = 30.0) -> bool:
+        """Block until the agent says it is up (at once if it already has); whether this call
+        had to wait for it. A sandbox that cannot start says why."""
+        if self.ready_s:
+            return False
+        waited = not select.select([self.sock], [], [], 0)[0]
         try:
             self.sock.settimeout(timeout)
             reply = recv_msg(self.sock, MAX_REPLY)
@@ -58,7 +68,18 @@ class Sandbox:
             why = self._startup_errors() or str(exc)
             self.destroy("failed to start")
             raise StorageError(f"sandbox {self.id} did not start: {why}") from None
+        finally:
+            self.started_up()
         self.ready_s = time.monotonic() - self.started
+        return waited
+
+    def started_up(self) -> None:
+        """The start is over (ready, failed or destroyed): count it out of `busy`, once."""
+        with self._start_lock:
+            if not self.starting:
+                return
+            self.starting = False
+        self.busy(-1)
 
     def _startup_errors(self) -> str:
         os.set_blocking(self.errors_fd, False)
@@ -143,14 +164,22 @@ class Sandbox:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def destroy(self, reason: str) -> None:
-        """Kill everything in the sandbox (idempotent; safe while an exec runs elsewhere)."""
-        if self.dead:
-            return
-        self.dead = reason
+    def kill_now(self, reason: str) -> None:
+        """Mark the sandbox dead and SIGKILL bubblewrap, without waiting for anything."""
+        if not self.dead:
+            self.dead = reason
         with contextlib.suppress(ProcessLookupError):
             # --die-with-parent: the namespace's init dies with it, and so does all inside.
             self.process.send_signal(signal.SIGKILL)
+
+    def destroy(self, reason: str) -> None:
+        """Kill everything in the sandbox and wait until it is gone (idempotent; safe while an
+        exec runs elsewhere)."""
+        self.started_up()
+        if self.process.returncode is not None and not any(g.procs() for g in self.groups):
+            self.dead = self.dead or reason
+            return
+        self.kill_now(reason)
         for group in self.groups:
             group.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -63,31 +63,24 @@ def start(
     stderr: int,
     tag: str,
 ) -> subprocess.Popen[bytes]:
-    """Start bubblewrap inside `groups` (joined before it runs, so all its children are in them).
+    """Start bubblewrap inside `groups`, joined (by the agent's `launch`) before it runs, so all
+    its children are in them.
 
     `tag` goes in bubblewrap's environment as MARKER (the sandboxed command gets a clean one), so
     a process left by any sandbox of this host can be found and counted from /proc."""
     fds = {"seccomp": _readable_pipe(_SECCOMP), "socket": socket_fd}
     joins = [os.open(g.path / "cgroup.procs", os.O_WRONLY | os.O_CLOEXEC) for g in groups]
-
-    def join() -> None:  # in the child, before exec: "0" is the writing process itself
-        for fd in joins:
-            os.write(fd, b"0")
-
-    as_root = os.geteuid() == 0
+    uid = NOBODY if os.geteuid() == 0 else -1
+    launch = [str(agent_binary), "launch", str(uid), ",".join(map(str, joins)) or "-"]
     try:
         return subprocess.Popen(
-            argv(image, limits, agent_binary, fds),
-            pass_fds=list(fds.values()),
+            [*launch, *argv(image, limits, agent_binary, fds)],
+            pass_fds=[*fds.values(), *joins],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             cwd="/",
             env={**os.environ, MARKER: tag},
-            user=NOBODY if as_root else None,
-            group=NOBODY if as_root else None,
-            extra_groups=[] if as_root else None,
-            preexec_fn=join if joins else None,
         )
     finally:
         for fd in [fds["seccomp"], *joins]:

@@ -269,13 +269,39 @@ def _field(path: Path, key: str) -> int:
 
 
 class GroupPool:
-    """Pre-created sandbox groups: one `Group` per enforced controller, reused once emptied."""
+    """Pre-created sandbox groups: one `Group` per enforced controller, reused once emptied.
+
+    It also keeps the CPU weight of the parent group at one process's weight per sandbox with an
+    exec running (`busy`): the scheduler weighs a group as a whole against its siblings, so on a
+    busy host all sandboxes together would otherwise get the share of a single process, and
+    weight for idle ones would take more than they use.
+    """
 
     def __init__(self, confinement: Confinement, keep: int = 64) -> None:
         self.confinement = confinement
         self.keep = keep
         self._free: list[list[Group]] = []
+        self._busy = 0
         self._lock = threading.Lock()
+
+    def busy(self, step: int) -> None:
+        """Count an exec in (+1) or out (-1) and re-weigh the parent."""
+        with self._lock:
+            self._busy += step
+            self._weigh()
+
+    def _weigh(self) -> None:
+        cpu = self.confinement.hierarchies.get("cpu")
+        if cpu is None:
+            return
+        busy = max(1, self._busy)
+        name, value = (
+            ("cpu.shares", min(1024 * busy, 262144))
+            if cpu.version == 1
+            else ("cpu.weight", min(100 * busy, 10000))
+        )
+        with contextlib.suppress(OSError):
+            (cpu.parent / name).write_text(str(value))
 
     def acquire(self, limits: Limits) -> list[Group]:
         with self._lock:

@@ -10,6 +10,7 @@ import contextlib
 import hashlib
 import os
 import secrets
+import select
 import shutil
 import socket
 import threading
@@ -59,6 +60,10 @@ class Host:
         self._spawner = ThreadPoolExecutor(1, thread_name_prefix="sandbox-spawn")
         self._lock = threading.Lock()
         self.live: dict[str, Sandbox] = {}
+        self._starting: list[Sandbox] = []
+        self._closed = False
+        self._watching = threading.Condition(self._lock)
+        threading.Thread(target=self._watch_starts, name="sandbox-starts", daemon=True).start()
 
     def reap_orphans(self) -> int:
         """Kill and clean every sandbox a previous run left behind; how many there were."""
@@ -125,9 +130,33 @@ class Host:
             sandbox_id, image.id, limits, self.confinement, groups, process, ours, errors_r
         )
         box.closer = lambda done: self.finish(done, "closed by its driver")
+        box.busy, box.starting = self.groups.busy, True
+        self.groups.busy(+1)
         with self._lock:
             self.live[sandbox_id] = box
+            self._starting.append(box)
+            self._watching.notify()
         return box
+
+    def _watch_starts(self) -> None:
+        """Count a start out of the CPU weight as soon as its agent is up, even if nobody has
+        taken the sandbox yet (a pooled one): select, never read, so its taker still reads the
+        ready message."""
+        while True:
+            with self._lock:
+                self._starting = [b for b in self._starting if b.starting and not b.dead]
+                while not self._starting and not self._closed:
+                    self._watching.wait()
+                if self._closed:
+                    return
+                boxes = list(self._starting)
+            try:
+                readable, _, _ = select.select([b.sock for b in boxes], [], [], 0.05)
+            except (OSError, ValueError):  # a socket closed meanwhile: filter and retry
+                continue
+            for box in boxes:
+                if box.sock in readable:
+                    box.started_up()
 
     def finish(self, box: Sandbox, reason: str) -> None:
         """Destroy `box` and release everything it held (idempotent)."""
@@ -142,6 +171,8 @@ class Host:
     def close(self) -> None:
         with self._lock:
             boxes = list(self.live.values())
+            self._closed = True
+            self._watching.notify()
         for box in boxes:
             self.finish(box, "the host closed")
         self._spawner.shutdown()

@@ -11,6 +11,7 @@ import collections
 import threading
 import time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +68,7 @@ class Manager:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._every = reap_every_s
+        self._cleanup = ThreadPoolExecutor(1, thread_name_prefix="sandbox-cleanup")
         self._reaper = threading.Thread(target=self._reap_loop, name="sandbox-reaper", daemon=True)
         self._reaper.start()
 
@@ -142,7 +144,13 @@ class Manager:
             lease = self.leases.pop(sandbox_id, None) if isinstance(sandbox_id, str) else None
         if lease is None:
             raise NotFound(f"no sandbox {str(sandbox_id)[:40]!r} (closed, reaped or never made)")
-        self.host.finish(lease.box, reason)
+        self._finish_later(lease.box, reason)
+
+    def _finish_later(self, box: Sandbox, reason: str) -> None:
+        """SIGKILL now; wait for the exit and clean up off the caller's path (a driver waits
+        for its close, not for the kernel to tear a namespace down)."""
+        box.kill_now(reason)
+        self._cleanup.submit(self.host.finish, box, reason)
 
     # Reaping
 
@@ -162,12 +170,13 @@ class Manager:
             boxes = [(self.leases.pop(sandbox_id).box, reason) for sandbox_id, reason in due]
         for box, reason in boxes:
             self.reaped[reason] += 1
-            self.host.finish(box, f"reaped: its {_NAMES[reason]} ran out")
+            self._finish_later(box, f"reaped: its {_NAMES[reason]} ran out")
         return len(boxes)
 
     def shutdown(self) -> None:
         self._stop.set()
         self._reaper.join(10)
+        self._cleanup.shutdown(wait=True)
         with self._lock:
             pools, self.pools = list(self.pools.values()), {}
             leases, self.leases = list(self.leases.values()), {}
@@ -186,7 +195,6 @@ class Manager:
                     "image": pool.image.id,
                     "limits": pool.limits.to_json(),
                     "idle": len(pool.idle),
-                    "starting": pool.starting,
                     "target": pool.target(),
                     "arrival_rate_per_s": round(pool.rate(), 3),
                     "cold_start_s": round(pool.cold_start_s, 4),

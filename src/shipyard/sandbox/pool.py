@@ -3,8 +3,9 @@
 Sandboxes that must be ready within a cold start's time number λ × W (Little's law: arrivals per
 second × seconds a start takes), so that is how many are kept starting or idle, times a burst
 headroom, plus a floor; λ is measured over the last `window_s` seconds, W is a moving average of
-measured cold starts. A miss (the pool is empty) starts one cold and counts it; the refill thread
-starts a whole shortfall at once, since starts overlap (they wait on the agent's start, not CPU).
+measured cold starts. The refill thread starts a whole shortfall at once and does not wait for
+them: a sandbox joins the pool as soon as bubblewrap runs, and whoever takes it waits out what is
+left of its start. A miss (the pool is empty) starts one cold and counts it.
 """
 
 import logging
@@ -37,8 +38,7 @@ class WarmPool:
         self.image = image
         self.limits = limits
         self.config = config
-        self.idle: deque[Sandbox] = deque()
-        self.starting = 0
+        self.idle: deque[Sandbox] = deque()  # started; the oldest are likely ready
         self.hits = 0
         self.misses = 0
         self.cold_start_s = 0.1  # W, until measured
@@ -61,74 +61,59 @@ class WarmPool:
         return min(self.config.max_idle, math.ceil(need) + self.config.min_idle)
 
     def take(self) -> tuple[Sandbox, bool]:
-        """A ready sandbox, and whether it came warm from the pool."""
+        """A ready sandbox, and whether it came from the pool (warm) or was started now."""
         with self._wake:
             self._arrivals.append(time.monotonic())
-            box = None
-            while self.idle and box is None:
-                candidate = self.idle.popleft()
-                if candidate.process.poll() is None:
-                    box = candidate
-                else:  # died while idle (killed from outside): never hand it out
-                    self.host.finish(candidate, "died while idle")
             self._wake.notify()
-        if box is not None:
-            self.hits += 1
-            return box, True
+        while True:
+            with self._wake:
+                box = self.idle.popleft() if self.idle else None
+            if box is None:
+                break
+            if self._ready(box):
+                self.hits += 1
+                return box, True
         self.misses += 1
         box = self.host.start(self.image, self.limits)
-        try:
-            box.wait_ready()
-        finally:
-            if box.dead:
-                self.host.finish(box, box.dead)
-        self._measured(box)
+        if not self._ready(box):
+            raise StorageError(f"sandbox {box.id} did not start: {box.dead}")
         return box, False
 
-    def _measured(self, box: Sandbox) -> None:
-        self.cold_start_s = 0.8 * self.cold_start_s + 0.2 * box.ready_s
+    def _ready(self, box: Sandbox) -> bool:
+        """Wait out the rest of `box`'s start; a box that died or failed is cleaned up."""
+        if box.process.poll() is not None and not box.ready_s:
+            self.host.finish(box, "died before use")
+            return False
+        try:
+            waited = box.wait_ready()
+        except StorageError as exc:
+            log.warning("warm pool for %s: %s", self.image.id, exc)
+            self.host.finish(box, box.dead or "failed to start")
+            return False
+        if waited:  # a start seen to its end: a measurement of W
+            self.cold_start_s = 0.8 * self.cold_start_s + 0.2 * box.ready_s
+        return True
 
     def _refill(self) -> None:
         while True:
             with self._wake:
-                while not self._stopped and len(self.idle) + self.starting >= self.target():
+                while not self._stopped and len(self.idle) >= self.target():
                     self._wake.wait(0.5)  # also re-reads λ as arrivals age out of the window
                 if self._stopped:
                     return
-                count = self.target() - len(self.idle) - self.starting
-                self.starting += count
-            ready, failed = self._start(count)
-            with self._wake:
-                self.starting -= count
-                if not self._stopped:
-                    self.idle.extend(ready)
-                    ready = []
-            for box in ready:  # the pool closed meanwhile
-                self.host.finish(box, "the pool closed")
-            if failed:
-                time.sleep(1.0)  # a host that cannot start sandboxes now: do not spin
-
-    def _start(self, count: int) -> tuple[list[Sandbox], bool]:
-        """Start `count` sandboxes at once, then wait for each; the ready ones, and whether any
-        failed (each failure logged with its reason)."""
-        boxes, ready, failed = [], [], False
-        try:
+                count = self.target() - len(self.idle)
             for _ in range(count):
-                boxes.append(self.host.start(self.image, self.limits))
-        except (StorageError, OSError) as exc:
-            log.warning("warm pool for %s: cannot start a sandbox: %s", self.image.id, exc)
-            failed = True
-        for box in boxes:
-            try:
-                box.wait_ready()
-            except StorageError as exc:
-                log.warning("warm pool for %s: %s", self.image.id, exc)
-                self.host.finish(box, box.dead or "failed to start")
-                failed = True
-                continue
-            self._measured(box)
-            ready.append(box)
-        return ready, failed
+                try:
+                    box = self.host.start(self.image, self.limits)
+                except (StorageError, OSError) as exc:
+                    log.warning("warm pool for %s: cannot start a sandbox: %s", self.image.id, exc)
+                    time.sleep(1.0)  # a host that cannot start sandboxes now: do not spin
+                    break
+                with self._wake:
+                    if self._stopped:
+                        self.host.finish(box, "the pool closed")
+                        return
+                    self.idle.append(box)
 
     def close(self) -> None:
         with self._wake:
