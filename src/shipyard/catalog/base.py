@@ -128,8 +128,11 @@ class Catalog(Protocol):
 
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
-    def lineage(self, node_id: str, direction: Literal["up", "down"]) -> list[LineageEdge]:
-        """Every edge reachable from `node_id` towards its sources (up) or derivatives (down)."""
+    def lineage(
+        self, node_id: str, direction: Literal["up", "down"], max_depth: int = 1000
+    ) -> list[LineageEdge]:
+        """Every edge reachable from `node_id` towards its sources (up) or derivatives (down),
+        at most `max_depth` edges away."""
         ...
 
     def close(self) -> None: ...

@@ -186,7 +186,9 @@ class SQLCatalog:
             tuple(sorted(outputs)),
         )
 
-    def lineage(self, node_id: str, direction: Literal["up", "down"]) -> list[LineageEdge]:
+    def lineage(
+        self, node_id: str, direction: Literal["up", "down"], max_depth: int = 1000
+    ) -> list[LineageEdge]:
         # Walk the edge table breadth-first in SQL; UNION (not UNION ALL) stops at cycles.
         near, far = ("child", "parent") if direction == "up" else ("parent", "child")
         query = f"""
@@ -195,11 +197,11 @@ class SQLCatalog:
                 UNION
                 SELECT e.parent, e.child, w.depth + 1
                 FROM edges e JOIN walk w ON e.{near} = w.{far}
-                WHERE w.depth < 1000
+                WHERE w.depth < ?
             )
             SELECT parent, child, MIN(depth) FROM walk GROUP BY parent, child ORDER BY 3, 1, 2
         """
-        return [LineageEdge(*row) for row in self.db.rows(query, (node_id,))]
+        return [LineageEdge(*row) for row in self.db.rows(query, (node_id, max_depth))]
 
 
 def _artifact(row: tuple[Any, ...]) -> ArtifactRecord:

@@ -44,6 +44,7 @@ COMMANDS = {
     "queue": "shipyard.cli.queue",
     "db": "shipyard.cli.db",
     "sandbox": "shipyard.cli.sandbox",
+    "ui": "shipyard.cli.ui",
 }
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE, as a shell reports a writer whose reader went away

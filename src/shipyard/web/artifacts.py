@@ -1,0 +1,134 @@
+"""What the console shows about artifacts: search, one artifact whole, and its lineage graph."""
+
+from dataclasses import asdict
+from typing import Any, Literal
+
+from shipyard.catalog import ArtifactRecord
+from shipyard.errors import InvalidInput
+from shipyard.workspace import Workspace
+
+MAX_DEPTH = 20
+MAX_NODES = 400  # a graph bigger than this is cut; the reply says so
+MAX_RESULTS = 200
+
+
+def _aliases_by_target(ws: Workspace) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, target in ws.catalog.list_aliases().items():
+        out.setdefault(target, []).append(name)
+    return out
+
+
+def _summary(record: ArtifactRecord, aliases: list[str]) -> dict[str, Any]:
+    return {
+        "id": record.id,
+        "kind": record.kind,
+        "size": record.size,
+        "file_count": record.file_count,
+        "created_at": record.created_at,
+        "run": record.run_id,
+        "aliases": sorted(aliases),
+        "name": record.metadata.get("name") if isinstance(record.metadata, dict) else None,
+    }
+
+
+def search(ws: Workspace, query: str = "", kind: str = "") -> list[dict[str, Any]]:
+    """Artifacts whose id, alias or metadata name contains `query`, of `kind` if given."""
+    if len(query) > 200 or len(kind) > 100:
+        raise InvalidInput("search: query and kind are at most 200 and 100 characters")
+    names = _aliases_by_target(ws)
+    needle = query.strip().lower()
+    found = []
+    for record in reversed(ws.catalog.list_artifacts(kind or None)):
+        row = _summary(record, names.get(record.id, []))
+        haystack = [record.id, *row["aliases"], str(row["name"] or "")]
+        if needle and not any(needle in text.lower() for text in haystack):
+            continue
+        found.append(row)
+        if len(found) == MAX_RESULTS:
+            break
+    return found
+
+
+def detail(ws: Workspace, ref: str) -> dict[str, Any]:
+    """An artifact's record, files with their pieces, aliases and each alias's history."""
+    artifact_id = ws.resolve(ref)
+    manifest = ws.pieces.get_manifest(artifact_id)
+    record = ws.catalog.get_artifact(artifact_id)
+    aliases = _aliases_by_target(ws).get(artifact_id, [])
+    return {
+        "id": artifact_id,
+        "kind": manifest.kind,
+        "size": manifest.size,
+        "piece_size": manifest.piece_size,
+        "run": manifest.run or (record.run_id if record else None),
+        "created_at": record.created_at if record else None,
+        "metadata": manifest.metadata,
+        "aliases": sorted(aliases),
+        "alias_history": {
+            name: [asdict(event) for event in ws.catalog.alias_history(name)]
+            for name in sorted(aliases)
+        },
+        "files": [
+            {
+                "path": entry.path,
+                "size": entry.size,
+                "mode": entry.mode,
+                "pieces": [
+                    {"hash": p.hash, "offset": p.offset, "size": p.size} for p in entry.pieces
+                ],
+            }
+            for entry in manifest.files
+        ],
+    }
+
+
+def lineage(
+    ws: Workspace, ref: str, direction: Literal["up", "down"], depth: int
+) -> dict[str, Any]:
+    """The graph `depth` edges up (sources) or down (derivatives) from `ref`: nodes and edges."""
+    if not 1 <= depth <= MAX_DEPTH:
+        raise InvalidInput(f"lineage depth {depth}: expected 1 to {MAX_DEPTH}")
+    root = ws.resolve(ref)
+    edges = ws.catalog.lineage(root, direction, depth)
+    depth_of = {root: 0}
+    for edge in edges:  # ordered by depth, so the first sighting is the shortest path
+        far = edge.parent if direction == "up" else edge.child
+        depth_of.setdefault(far, edge.depth)
+    truncated = len(depth_of) > MAX_NODES
+    kept = dict(list(depth_of.items())[:MAX_NODES])
+    names = _aliases_by_target(ws)
+    nodes = [_node(ws, node, level, names) for node, level in kept.items()]
+    return {
+        "root": root,
+        "direction": direction,
+        "depth": depth,
+        "truncated": truncated,
+        "nodes": nodes,
+        "edges": [
+            {"parent": e.parent, "child": e.child, "depth": e.depth}
+            for e in edges
+            if e.parent in kept and e.child in kept
+        ],
+    }
+
+
+def _node(ws: Workspace, node: str, level: int, names: dict[str, list[str]]) -> dict[str, Any]:
+    if node.startswith("run-"):
+        run = ws.catalog.get_run(node)
+        return {
+            "id": node,
+            "type": "run",
+            "level": level,
+            "kind": run.kind if run else "?",
+            "status": run.status if run else "?",
+            "aliases": [],
+        }
+    record = ws.catalog.get_artifact(node)
+    return {
+        "id": node,
+        "type": "artifact",
+        "level": level,
+        "kind": record.kind if record else "?",
+        "aliases": sorted(names.get(node, [])),
+    }
