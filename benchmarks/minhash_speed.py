@@ -18,7 +18,8 @@ from pathlib import Path
 from datasketch import MinHash
 
 from shipyard.data.corpus import build_warcs, texts
-from shipyard.data.minhash import batch_signatures, permutations, shingle_batch, words
+from shipyard.data.minhash import batch_signatures, permutations, shingle_batch
+from shipyard.data.words import words
 
 NUM_PERM = 112
 NGRAM = 5

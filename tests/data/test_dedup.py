@@ -19,9 +19,9 @@ from shipyard.data.minhash import (
     shingles,
     signatures,
     string_hashes,
-    words,
 )
 from shipyard.data.stages.signature import content_hash
+from shipyard.data.words import words
 
 from .conftest import english_text
 
@@ -163,7 +163,7 @@ def test_dedup_files_exact_near_and_keep_rule(tmp_path: Path) -> None:
     assert stats.exact_duplicates == 1 and stats.near_duplicates == 1
 
 
-def test_arrow_and_python_word_definitions_agree() -> None:
+def test_minhash_hashes_the_shared_tokenizers_words() -> None:
     text = "  Hello, World!  «Ça va?» — (yes) it's 3.11… end.\nNew\tline “quoted” __x__ ... ¿qué?"
     expected = words(text)
     assert expected[:4] == ["hello", "world", "ça", "va"]

@@ -1,6 +1,8 @@
 """MinHash signatures over word n-grams, vectorized with numpy, and LSH band keys.
 
-Words are hashed as one array (a polynomial over their UTF-8 bytes, finalized with splitmix64);
+Words come from the shared tokenizer (`shipyard.data.words.words`: NFKC, lowercase, punctuation
+tokens left out) and are hashed as one array (a polynomial over their UTF-8 bytes, finalized with
+splitmix64);
 an n-gram's hash mixes its words' hashes, as whole arrays too. Because shingle hashes are well
 mixed, permutation i can be the cheap bijection x → a_i·x + b_i (mod 2^32 on the low 32 bits,
 a_i odd): two array operations per (shingle, permutation), done as one (shingles × permutations)
@@ -13,16 +15,12 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from shipyard.data.words import words
+
 U64 = npt.NDArray[np.uint64]
 U32 = npt.NDArray[np.uint32]
 I64 = npt.NDArray[np.int64]
 Shingles = tuple[U64, I64]
-# A word is a lowercased whitespace-separated token with leading and trailing punctuation
-# trimmed; `words` (Python) and `_word_ids` (Arrow kernels) implement the same definition.
-PUNCTUATION = (
-    "".join(chr(c) for c in range(33, 127) if not chr(c).isalnum() and chr(c) != "_")
-    + "«»“”‘’„…–—·•¡¿"
-)
 _CHUNK = 1 << 10  # shingles per array operation: CHUNK × permutations × 4 bytes stays in cache
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
@@ -43,23 +41,18 @@ def splitmix64(x: U64) -> U64:
     return z ^ (z >> np.uint64(31))
 
 
-def words(text: str) -> list[str]:
-    return [w for w in (t.strip(PUNCTUATION) for t in text.lower().split()) if w]
-
-
 def _word_ids(texts: list[str]) -> tuple[U64, I64]:
     """Every word's 64-bit id, concatenated over `texts`, and each text's word count.
 
-    Lowercasing, splitting, trimming and finding the distinct words run in Arrow's C++ kernels and
-    the distinct words are hashed as one array (`string_hashes`), so no Python code runs per word.
+    Words are `shipyard.data.words.words` (the filters' tokenizer on NFKC-lowercased text,
+    punctuation tokens left out); the distinct words are found by Arrow and hashed as one array
+    (`string_hashes`), so no Python code runs per word after splitting.
     """
-    lists = pc.utf8_split_whitespace(pc.utf8_lower(pa.array(texts, pa.large_string())))
-    flat = pc.utf8_trim(lists.flatten(), characters=PUNCTUATION)
-    nonempty = pc.greater(pc.utf8_length(flat), 0)
-    parents = np.asarray(lists.value_parent_indices().filter(nonempty).to_numpy())
-    lengths = np.bincount(parents, minlength=len(texts)).astype(np.int64)
+    lists = [words(text) for text in texts]
+    lengths = np.fromiter((len(w) for w in lists), np.int64, len(lists))
+    flat = pa.array([w for ws in lists for w in ws], pa.large_string())
     # Hash each distinct word once: a batch repeats its vocabulary many times over.
-    encoded = pc.dictionary_encode(flat.filter(nonempty))
+    encoded = pc.dictionary_encode(flat)
     indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
     return string_hashes(encoded.dictionary)[indices], lengths
 

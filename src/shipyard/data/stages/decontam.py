@@ -12,8 +12,9 @@ import numpy as np
 
 from shipyard.data.batch import Batch, Quarantine
 from shipyard.data.config import PipelineConfig
-from shipyard.data.minhash import U64, shingles, words
+from shipyard.data.minhash import U64, shingles
 from shipyard.data.stages.base import Stage, register
+from shipyard.data.words import words
 from shipyard.errors import InvalidInput
 
 
@@ -32,7 +33,7 @@ def benchmark_ngrams(paths: tuple[str, ...], n: int) -> U64:
 @register
 class Decontam(Stage):
     name: ClassVar[str] = "decontam"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
     section: ClassVar[str] = "decontam"
 
     def __init__(self, config: PipelineConfig) -> None:

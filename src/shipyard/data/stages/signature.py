@@ -9,14 +9,9 @@ from typing import ClassVar
 
 from shipyard.data.batch import Batch, Quarantine
 from shipyard.data.config import PipelineConfig
-from shipyard.data.minhash import (
-    band_keys,
-    batch_signatures,
-    permutations,
-    shingle_batch,
-    words,
-)
+from shipyard.data.minhash import band_keys, batch_signatures, permutations, shingle_batch
 from shipyard.data.stages.base import Stage, register
+from shipyard.data.words import words
 
 
 def content_hash(text: str) -> int:
@@ -28,7 +23,7 @@ def content_hash(text: str) -> int:
 @register
 class MinHashKeys(Stage):
     name: ClassVar[str] = "minhash"
-    version: ClassVar[str] = "1"
+    version: ClassVar[str] = "2"
     section: ClassVar[str] = "dedup"
 
     def __init__(self, config: PipelineConfig) -> None:
