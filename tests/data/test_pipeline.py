@@ -2,6 +2,8 @@ import dataclasses
 import gzip
 import json
 import os
+import signal
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -10,6 +12,7 @@ import pytest
 from shipyard.data import PipelineConfig, run_pipeline
 from shipyard.data.config import (
     DecontamConfig,
+    DedupConfig,
     ExecutorConfig,
     ExtractConfig,
     FilterConfig,
@@ -118,6 +121,12 @@ def test_rerun_is_cached_and_a_changed_stage_recomputes_only_its_descendants(
     assert third.computed["filters"] == 2
     assert third.table_id != first.table_id
 
+    # MinHash comes last: a [dedup] change reruns it alone, not PII or decontamination
+    reseeded = dataclasses.replace(changed, dedup=DedupConfig(seed=7))
+    fourth = run_pipeline(reseeded, workspace, shipyard_home)
+    assert set(fourth.computed) == {"minhash", "tokenize"}
+    assert fourth.computed["minhash"] == 2
+
 
 def test_changed_benchmark_file_recomputes_decontamination(
     make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path, tmp_path: Path
@@ -133,7 +142,7 @@ def test_changed_benchmark_file_recomputes_decontamination(
     leaked = " ".join(english_text(3).split()[:20])
     bench.write_text(leaked + "\n")
     second = run_pipeline(config, workspace, shipyard_home)
-    assert set(second.computed) == {"decontam"}
+    assert set(second.computed) == {"decontam", "minhash"}  # minhash is keyed after decontam
     funnel = {row["stage"]: row for row in second.report["survival"]["stages"]}
     before = {row["stage"]: row for row in first.report["survival"]["stages"]}
     assert funnel["decontam"]["out"] == before["decontam"]["out"] - 1
@@ -159,7 +168,10 @@ def test_killed_run_resumes_from_committed_tasks(
 
 def _crash_on_poison(html: str, main: bool) -> str:
     if "POISON" in html:
-        os._exit(3)  # a crash no try/except can catch: the task fails, not the run
+        # the task process itself dies (as under the out-of-memory killer), not just the
+        # extract worker: the task fails, not the run
+        os.kill(os.getppid(), signal.SIGKILL)
+        time.sleep(60)
     return html
 
 

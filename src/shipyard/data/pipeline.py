@@ -1,7 +1,7 @@
 """`run_pipeline`: crawl → annotated table → tokenizer → token shards, each an artifact.
 
-1. Per input file, one task runs read → extract → langid → filters → minhash keys → PII →
-   decontam (see `tasks`), through the configured executor; cached stage outputs are reused.
+1. Per input file, one task runs read → extract → langid → filters → PII → decontam →
+   minhash keys (see `tasks`), through the configured executor; cached stage outputs are reused.
 2. Global dedup (URL, exact, MinHash-LSH clusters) over every file's keys.
 3. The annotated table (one Parquet part per file, the quarantine, the statistics) is stored as a
    `dataset` artifact produced by a `data-annotate` run whose input is the crawl artifact.

@@ -13,8 +13,11 @@ from shipyard.data.batch import Batch, Quarantine
 from shipyard.data.config import PipelineConfig
 from shipyard.errors import InvalidInput
 
-# The per-document stages in the order a task applies them (reading comes first, always).
-DOC_STAGES = ("extract", "langid", "filters", "minhash", "pii", "decontam")
+# The per-document stages in the order a task applies them (reading comes first, always). Each
+# stage's cached output is keyed on the one before it, so a changed section reruns that stage and
+# those after it: the stages that only add columns come last, MinHash last of all, so a [dedup]
+# change reruns MinHash alone (and it hashes the redacted text that ends up in the table).
+DOC_STAGES = ("extract", "langid", "filters", "pii", "decontam", "minhash")
 
 _MODULES = {
     "extract": "shipyard.data.stages.extract",
