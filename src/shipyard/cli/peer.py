@@ -74,7 +74,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         type=float,
         default=DaemonConfig.min_transfer_rate / 1024,
         metavar="N",
-        help="KiB/s a piece must average after 2 s, or its sender is cut off and blamed "
+        help="KiB/s a piece must average after 1.5 s, or its sender is cut off and blamed "
         "(default: %(default)s; 0: no floor)",
     )
     serve.add_argument(

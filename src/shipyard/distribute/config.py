@@ -73,8 +73,9 @@ class DaemonConfig:
     swarm_key_file: str | None = None  # a shared secret that refuses strangers (`swarm_key`)
     # Bytes per second a piece reply must average once it has had `transfer.RATE_GRACE`
     # seconds: a sender trickling bytes is cut off and blamed (see `blame`). Far below any
-    # working link's share (1 MiB pieces cross a shared 100 Mbit/s uplink at ~1.5 MB/s).
-    min_transfer_rate: float = 64 * 1024
+    # working link's share (1 MiB pieces cross a shared 100 Mbit/s uplink at ~1.5 MB/s), and
+    # below one flow of twelve on an uplink capped at 2 Mbit/s (`upload_limit_bps`).
+    min_transfer_rate: float = 16 * 1024
     # Where daemons post their addresses and a lonely one finds members: a store URI every
     # host can write, such as the origin's bucket (`bootstrap`); None: seeds alone.
     members_uri: str | None = None

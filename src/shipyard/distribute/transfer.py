@@ -48,7 +48,7 @@ from shipyard.store.partial import CHUNK, PieceSink, SinkError
 ORIGIN = "origin"  # a transfer's source when it is the origin, not a peer (and so in traces)
 # Seconds a reply may take before its average rate is held to the minimum: enough for a
 # sender's thread on a starved host to be scheduled, short next to a trickle's cost.
-RATE_GRACE = 2.0
+RATE_GRACE = 1.5
 
 
 def piece_request(
