@@ -5,6 +5,7 @@ import socket
 import struct
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from shipyard.errors import Conflict, InvalidInput, NotFound
 from shipyard.sandbox import Outcome
 from shipyard.sandbox.server import socket_path
 
+from ..conftest import free_port
 from .conftest import SMALL, Service
 
 
@@ -114,3 +116,16 @@ def test_cli_run_through_the_service(service: Service, shipyard_home: Path) -> N
     )
     assert run.returncode == 0 and run.stdout == "7\n", run.stderr
     assert "outcome: ok" in run.stderr
+
+
+def test_prometheus_metrics_over_loopback_http(shipyard_home: Path) -> None:
+    port = free_port()
+    running = Service(shipyard_home, "--pool-min", "0", "--metrics-listen", f"127.0.0.1:{port}")
+    running.start()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+            text = reply.read().decode()
+        assert "shipyard_sandbox_active 0.0" in text
+        assert "shipyard_sandbox_confinement" in text
+    finally:
+        running.stop()
