@@ -6,12 +6,20 @@ import socket
 import threading
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 
-from shipyard.distribute.blame import RETRACT_FOR, STANDING_STRIKES, Blame
-from shipyard.distribute.claims import PartialSources
+from shipyard.distribute.blame import ORIGIN_AFTER_FAILURES, RETRACT_FOR, STANDING_STRIKES, Blame
+from shipyard.distribute.claims import Claims, PartialSources
 from shipyard.distribute.metrics import Metrics
-from shipyard.distribute.transfer import RATE_GRACE, Lane, PeerFault, PieceCall, piece_request
+from shipyard.distribute.transfer import (
+    RATE_GRACE,
+    Aborted,
+    Lane,
+    PeerFault,
+    PieceCall,
+    piece_request,
+)
 from shipyard.distribute.wire import encode
 
 from .conftest import BytesSink, read_request
@@ -83,6 +91,34 @@ def test_partial_sources_know_who_wrote_kept_bytes_only_within_this_run() -> Non
     sources.wrote("p2", B)
     assert sources.take("p2") is None  # nobody can be blamed for those
     assert sources.take("p3") == set()
+
+
+def test_an_owner_counts_a_piece_as_nowhere_after_its_claimed_holders_failed_it() -> None:
+    claims = Claims(blame_at([0.0]), ART, 3)
+    counts = np.array([0, 4, 4])  # piece 0 claimed by nobody, 1 and 2 by four peers each
+    for _ in range(ORIGIN_AFTER_FAILURES):
+        claims.failed(1, A, "refused", "not here")
+    assert claims.nowhere(counts).tolist() == [True, True, False]
+
+
+def test_a_failing_sender_leaves_no_bytes_and_a_called_off_one_is_noted() -> None:
+    sources = PartialSources()
+
+    def send_half_then(exc: Exception) -> Callable[[BytesSink], None]:
+        def fetch(sink: BytesSink) -> None:
+            sink.write(memoryview(BODY[:1000]))
+            raise exc
+
+        return fetch
+
+    failed = BytesSink()
+    with pytest.raises(PeerFault):
+        sources.guard("p", A, send_half_then(PeerFault("truncated", "reset")))(failed)
+    assert failed.data == b"" and sources.take("p") == set()
+    called_off = BytesSink()
+    with pytest.raises(Aborted):
+        sources.guard("p", B, send_half_then(Aborted("twin won")))(called_off)
+    assert len(called_off.data) == 1000 and sources.take("p") == {B}
 
 
 def fetch(address: tuple[str, int], call: PieceCall | None = None) -> None:

@@ -6,12 +6,16 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shipyard.distribute import pull
 from shipyard.distribute.bootstrap import EXPIRE_AFTER, PREFIX, MembersBoard
 from shipyard.distribute.client import daemon_status
+from shipyard.distribute.config import parse_address
 from shipyard.errors import StorageError
 from shipyard.store import LocalBackend, Manifest
+from shipyard.store.backend import ObjectInfo
 
 from .conftest import PIECE, Cluster
 from .rawwire import wait_until
@@ -35,6 +39,27 @@ def test_the_board_lists_fresh_members_and_deletes_long_silent_ones(tmp_path: Pa
     now[0] = mtime + EXPIRE_AFTER * 60 + 1
     boards["10.0.0.1:7000"].read()
     assert list(backend.list(PREFIX)) == []  # silent ten TTLs: deleted by whoever lists them
+
+
+class Listing:
+    """A bucket listing of whatever keys anyone wrote under the prefix."""
+
+    def __init__(self, keys: list[str], mtime: float) -> None:
+        self.infos = [ObjectInfo(PREFIX + key, 0, mtime) for key in keys]
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        return self.infos
+
+
+@pytest.mark.fuzz
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.text(max_size=80), max_size=40))
+def test_the_board_dials_only_addresses_whatever_keys_it_lists(keys: list[str]) -> None:
+    listing = Listing(keys, mtime=1000.0)
+    board = MembersBoard(listing, "10.0.0.1:7000", 60, random.Random(0), wall=lambda: 1000.0)  # type: ignore[arg-type]
+    for member in board.read():
+        host, port = parse_address(member)
+        assert member != "10.0.0.1:7000" and 0 < port < 65536 and host
 
 
 def test_hosts_whose_only_seed_is_dead_find_each_other_on_the_board(
