@@ -64,6 +64,7 @@ class Blame:
     ) -> None:
         """`peer` failed piece `index` of `artifact`, which it claimed: disbelieve that claim
         for a while and count `strikes`."""
+        assert reason in REASONS, reason  # the metric's label set is fixed
         self.metrics.inc("shipyard_peer_claim_failures_total", reason=reason)
         claims = self._retracted.setdefault((peer, artifact), {})
         claims[index] = self.clock() + RETRACT_FOR
