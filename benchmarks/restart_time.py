@@ -27,6 +27,11 @@ from pathlib import Path
 
 import numpy as np
 
+SAY = (
+    (lambda line: print(line, file=sys.stderr, flush=True))
+    if os.environ.get("VERBOSE")
+    else (lambda line: None)
+)
 MODEL = {"vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 2, "seq_len": 64}
 
 
@@ -77,23 +82,40 @@ def run_ours(kills: int, gap: float, spares: int, work: Path) -> dict[str, objec
                 firsts.setdefault(int(row["attempt"]), float(row["at"]))
         return firsts
 
+    def recovered_at(attempt: int, firsts: dict[int, float]) -> float | None:
+        """When the first attempt after `attempt` that completed a step completed it."""
+        later = [at for number, at in firsts.items() if number > attempt]
+        return min(later) if later else None
+
     def enough() -> bool:
         chaos = table.events(run_id, "chaos")
-        return len(chaos) >= kills and chaos[kills - 1].detail["attempt"] + 1 in first_steps()
+        return len(chaos) >= kills and (
+            recovered_at(chaos[kills - 1].detail["attempt"], first_steps()) is not None
+        )
 
-    Controller(run_id, say=lambda line: None).run_to_end(stop=enough)
+    Controller(run_id, say=SAY).run_to_end(stop=enough)
     chaos = table.events(run_id, "chaos")[:kills]
     restored = [e.detail["restored_from"] for e in table.events(run_id, "ready")]
+    cold = {e.detail["attempt"]: e.detail["cold_ranks"] for e in table.events(run_id, "launch")}
+    failures = len(table.events(run_id, "failure"))
     table.close()
     firsts = first_steps()
-    # R: from the kill to the first step of the attempt after the one it killed.
-    times = [firsts[e.detail["attempt"] + 1] - e.at for e in chaos]
+    # R: from the kill to the first step completed by a later attempt.
+    recovered = [(e, recovered_at(e.detail["attempt"], firsts)) for e in chaos]
+    times = [at - e.at for e, at in recovered if at is not None]
+    warm = [
+        at - e.at for e, at in recovered if at is not None and not cold[e.detail["attempt"] + 1]
+    ]
     return {
         "median": statistics.median(times),
         "p95": percentile(times, 95),
-        "success_rate": len(times) / kills,  # the run never gave up: every kill was recovered
+        "max": max(times),
+        "success_rate": len(times) / kills,
         "kills": kills,
+        "failures": failures,  # more than kills: an attempt failed on its own after one
         "restored_from_peers": restored.count("peers") / max(1, len(restored)),
+        "cold_launches": sum(1 for e in chaos if cold[e.detail["attempt"] + 1]),
+        "p95_warm_launches": percentile(warm, 95),
     }
 
 

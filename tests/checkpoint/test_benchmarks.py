@@ -32,10 +32,17 @@ def test_crash_benchmark_finds_no_torn_checkpoint() -> None:
 
 
 @pytest.mark.slow
-def test_stall_benchmark_compares_with_dcp() -> None:
-    args = ["--width", "256", "--layers", "2", "--batch", "8", "--repeat", "1"]
+def test_stall_benchmark_pairs_every_method_against_dcp_async() -> None:
+    args = ["--width", "256", "--layers", "2", "--batch", "8", "--repeat", "2", "--window", "3"]
     result = _run("checkpoint_stall.py", *args)
-    assert result["baseline"] > 0 and result["dcp_async_stall"] >= 0
-    assert result["ratio"] == pytest.approx(
-        result["value"] / result["baseline"], rel=0.05, abs=0.01
-    )
+    methods = result["methods"]
+    assert set(methods) == {"shipyard_async", "shipyard_sync", "dcp_async", "dcp_sync"}
+    assert result["pairs"] == 2 and result["window_steps"] == 3
+    assert result["value"] == methods["shipyard_async"]["stall_s"]
+    assert result["baseline"] == methods["dcp_async"]["stall_s"]
+    for figure in methods.values():  # a median of paired differences lies inside its interval
+        low, high = figure["ci95"]
+        assert low <= figure["stall_s"] <= high
+        assert figure["blocked_s"] >= 0
+    if result["baseline"] > 0:
+        assert result["ratio"] == pytest.approx(result["value"] / result["baseline"])

@@ -28,6 +28,7 @@ class Attempt:
     lost: dict[int, str] = field(default_factory=dict)  # ranks whose collective failed
     anomaly: dict[str, Any] | None = None
     first_step_at: float | None = None
+    training: bool = False  # rank 0 completed a step: every rank is past its restore
 
     @property
     def world_size(self) -> int:

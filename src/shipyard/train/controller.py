@@ -142,7 +142,8 @@ class Controller:
             self.run.step, self.run.checkpoint_step = beat.step, committed
         now = time.time()
         self.hang.observe(a.global_step(), now, float(f["step_time"]) if beat.rank == 0 else None)
-        if a.first_step_at == beat.at and beat.rank == 0:
+        if beat.rank == 0 and not a.training:
+            a.training = True
             # The new attempt is past its restore: the old survivors may go, and new spares
             # warm up now (not during the restart, which they would slow down).
             for rank, _ in self.lingering:
