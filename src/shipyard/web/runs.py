@@ -41,8 +41,10 @@ def _read_steps(path: Path) -> list[dict[str, str]]:
 
 
 def _number(text: str | None) -> float | None:
+    """A decimal or, as the step log writes losses exactly, a hex float; None if neither."""
+    text = (text or "").strip()
     try:
-        value = float(text or "")
+        value = float.fromhex(text) if "0x" in text.lower() else float(text)
     except ValueError:
         return None
     return value if math.isfinite(value) else None

@@ -107,7 +107,7 @@ def heatmap(data: dict[str, Any], cell: int = 6) -> str:
     low, high = min(values), max(values)
     left, top = 52, 18
     h = max(cell * 2, 12)
-    width, height = left + len(steps) * cell + 10, top + len(ranks) * h + 20
+    width, height = max(460, left + len(steps) * cell + 10), top + len(ranks) * h + 20
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" class="heatmap" width="{width}" '
         f'height="{height}" role="img" aria-label="per-rank step time heatmap">',
