@@ -1,9 +1,8 @@
 """MinHash signatures over word n-grams, vectorized with numpy, and LSH band keys.
 
-Words come from the shared tokenizer (`shipyard.data.words.words`: NFKC, lowercase, punctuation
-tokens left out) and are hashed as one array (a polynomial over their UTF-8 bytes, finalized with
-splitmix64);
-an n-gram's hash mixes its words' hashes, as whole arrays too. Because shingle hashes are well
+Words are `shipyard.data.words.words` (word-character runs of the NFKC-normalized, lowercased
+text), hashed as one array (a polynomial over their UTF-8 bytes, finalized with splitmix64); an
+n-gram's hash mixes its words' hashes, as whole arrays too. Because shingle hashes are well
 mixed, permutation i can be the cheap bijection x → a_i·x + b_i (mod 2^32 on the low 32 bits,
 a_i odd): two array operations per (shingle, permutation), done as one (shingles × permutations)
 array per chunk of documents, never a Python loop per hash. `benchmarks/dedup_quality.py`
@@ -44,9 +43,8 @@ def splitmix64(x: U64) -> U64:
 def _word_ids(texts: list[str]) -> tuple[U64, I64]:
     """Every word's 64-bit id, concatenated over `texts`, and each text's word count.
 
-    Words are `shipyard.data.words.words` (the filters' tokenizer on NFKC-lowercased text,
-    punctuation tokens left out); the distinct words are found by Arrow and hashed as one array
-    (`string_hashes`), so no Python code runs per word after splitting.
+    Words are `shipyard.data.words.words`; the distinct words are found by Arrow and hashed as
+    one array (`string_hashes`), so no Python code runs per word after splitting.
     """
     lists = [words(text) for text in texts]
     lengths = np.fromiter((len(w) for w in lists), np.int64, len(lists))

@@ -1,4 +1,4 @@
-"""The one word tokenizer every filter and MinHash use, matching the reference's word splitting.
+"""Word splitting for every filter (the reference's, spaCy's) and for dedup, in one place.
 
 datatrove (the reference for the Gopher, C4 and FineWeb filters) splits English text with spaCy's
 rule-based tokenizer, and so does `tokens`, with spaCy's own English rules as data
@@ -9,8 +9,8 @@ or a URL; what remains is split at infixes (hyphens between letters, "..." and t
 pieces of a whitespace-separated chunk are cached, so a chunk seen before costs one dict lookup:
 web text repeats its words, and the rules run once per distinct chunk rather than per word.
 
-`words` is what MinHash and exact dedup hash: the same tokens of the NFKC-normalized, lowercased
-text, without the punctuation tokens.
+`words` is what MinHash and exact dedup hash: the runs of word characters (`\\w+`) of the
+NFKC-normalized, lowercased text.
 """
 
 import re
@@ -23,6 +23,7 @@ _SUFFIX = re.compile(english_rules.SUFFIX).search
 _INFIX = re.compile(english_rules.INFIX).finditer
 _URL = re.compile(english_rules.URL).match
 _SPECIAL = english_rules.SPECIAL
+_WORD = re.compile(r"\w+")
 _CACHE_LIMIT = 1 << 19  # distinct chunks remembered per process before the cache starts over
 _cache: dict[str, tuple[str, ...]] = {}
 
@@ -166,8 +167,13 @@ def normalize(text: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """The word tokens of the normalized text: what dedup hashes."""
-    return [t for t in tokens(normalize(text)) if t[0].isalnum() or t[-1].isalnum()]
+    """The words dedup hashes: runs of word characters of the normalized text.
+
+    Not `tokens`: spaCy's rules keep code, paths and URLs whole (`os.path.join(a`), so a page
+    and its copy with different punctuation would share few shingles; word-level similarity is
+    what near-duplicate detection is judged by.
+    """
+    return _WORD.findall(normalize(text))
 
 
 def sentence_count(toks: list[str]) -> int:
