@@ -10,10 +10,10 @@ cycle, with the cold start the model has no term for, is left out):
     goodput = Σ productive step time ÷ Σ wall time           (kept steps only, from steps.csv)
     optimum = 1 − C/τ* − (τ*/2 + R)/M,  τ* = √(2CM)            (first-order Young/Daly model)
 
-with M = Σ wall ÷ failures (observed), C the median checkpoint stall and R the mean time from a
-failure's detection to the next attempt's first step, all measured in the same cycles. The 95%
-interval of goodput ÷ optimum comes from a bootstrap over cycles (they are independent renewals).
-The machine is shared: figures vary from run to run.
+with M = Σ wall ÷ failures (observed), C the median checkpoint stall and R the mean cost of a
+failure besides lost work (fault → detection → the next attempt's first step), all measured in the
+same cycles. The 95% interval of goodput ÷ optimum comes from a bootstrap over cycles (they are
+independent renewals). The machine is shared: figures vary from run to run.
 
     .venv/bin/python benchmarks/goodput.py [--mtbf 5] [--failures 20] [--kinds kill,hang]
 """
@@ -40,7 +40,9 @@ class Cycle:
 
     wall: float
     productive: float
-    restart: float
+    restart: float  # the failure before it: detection → this attempt's first step
+    detection: float  # the failure that ends it: fault → detection (a hang's threshold)
+    lost: float  # steps after the last commit, redone by the next attempt
     stalls: tuple[float, ...]
 
 
@@ -52,7 +54,7 @@ def model_ratio(cycles: list[Cycle]) -> dict[str, float]:
     mtbf = wall / len(cycles)
     stalls = [s for c in cycles for s in c.stalls]
     stall = statistics.median(stalls) if stalls else 0.0
-    restart = statistics.fmean(c.restart for c in cycles)
+    restart = statistics.fmean(c.restart + c.detection for c in cycles)
     tau = young_daly(stall, mtbf)
     optimum = model_goodput(stall, mtbf, restart, tau)
     return {
@@ -66,15 +68,15 @@ def model_ratio(cycles: list[Cycle]) -> dict[str, float]:
     }
 
 
-def cycles_of(run_dir: Path, failures: list[tuple[float, int, int]]) -> list[Cycle]:
-    """`failures`: (detected at, attempt, committed step) in order; rows from steps.csv."""
+def cycles_of(run_dir: Path, failures: list[tuple[float, int, int, float]]) -> list[Cycle]:
+    """`failures`: (detected at, attempt, committed step, detection delay) in order."""
     rows: dict[int, list[dict[str, str]]] = {}
     with open(run_dir / "steps.csv") as table:
         for row in csv.DictReader(table):
             if row["rank"] == "0":
                 rows.setdefault(int(row["attempt"]), []).append(row)
     cycles = []
-    for (start, _, _), (end, attempt, committed) in itertools.pairwise(failures):
+    for (start, *_), (end, attempt, committed, detection) in itertools.pairwise(failures):
         mine = rows.get(attempt, [])
         kept = [r for r in mine if int(r["step"]) <= committed]
         first = float(mine[0]["at"]) - float(mine[0]["step_time"]) if mine else end
@@ -85,6 +87,8 @@ def cycles_of(run_dir: Path, failures: list[tuple[float, int, int]]) -> list[Cyc
                     float(r["step_time"]) - float(r["data_wait"]) - float(r["stall"]) for r in kept
                 ),
                 restart=first - start,
+                detection=detection,
+                lost=sum(float(r["step_time"]) for r in mine if int(r["step"]) > committed),
                 stalls=tuple(float(r["stall"]) for r in mine if float(r["stall"]) > 0),
             )
         )
@@ -104,6 +108,7 @@ def main() -> None:
     parser.add_argument("--failures", type=int, default=20, help="cycles measured")
     parser.add_argument("--kinds", default="kill,hang", help="fault kinds to inject")
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--spares", type=int, default=4, help="sets of warm spares")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="goodput-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
@@ -125,6 +130,9 @@ def main() -> None:
                     "mtbf_prior_s": args.mtbf,
                     "hang_min_s": 2.0,
                     "straggler_factor": 10.0,  # stragglers are another benchmark's business
+                    # The MTBF is scaled down ~1000×, a spare's warm-up (seconds) is not: more
+                    # sets keep failures from outpacing it, as one set does at a real MTBF.
+                    "spares": args.spares,
                 },
                 "chaos": {"mtbf_s": args.mtbf, "kinds": args.kinds.split(","), "seed": args.seed},
             }
@@ -142,7 +150,12 @@ def main() -> None:
         Controller(run_id, say=lambda line: print(line, file=sys.stderr)).run_to_end(stop=enough)
         run = table.get(run_id)
         failures = [
-            (e.at, int(e.detail["attempt"]), int(e.detail["committed"]))
+            (
+                e.at,
+                int(e.detail["attempt"]),
+                int(e.detail["committed"]),
+                float(e.detail["detection_s"]),
+            )
             for e in table.events(run_id, "failure")
         ][: args.failures + 1]
         by_kind = [e.detail["kind"] for e in table.events(run_id, "failure")]
