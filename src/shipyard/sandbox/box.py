@@ -213,6 +213,8 @@ def _checked_exec(
         raise InvalidInput(f"exec: timeout must be a number of seconds, not {timeout!r}")
     if not 0 < timeout <= 86400:
         raise InvalidInput(f"exec: timeout {timeout} is outside (0, 86400] seconds")
+    if env is not None and not isinstance(env, Mapping):
+        raise InvalidInput("exec: env must be an object of NAME → text")
     merged = dict(ENV)
     for key, value in (env or {}).items():
         if not (isinstance(key, str) and isinstance(value, str)) or not key or "=" in key:

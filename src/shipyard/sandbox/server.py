@@ -80,6 +80,8 @@ def handle(manager: Manager, request: dict[str, Any]) -> Any:
         paths, budget = request.get("paths"), request.get("max_bytes")
         if not isinstance(paths, list) or (budget is not None and type(budget) is not int):
             raise InvalidInput("get: paths must be a list and max_bytes an integer")
+        if budget is not None and budget < 0:
+            raise InvalidInput(f"get: max_bytes {budget} is negative")
         got = manager.sandbox(request.get("id")).get_files(paths, budget)
         return {"files": {path: base64.b64encode(data).decode() for path, data in got.items()}}
     if op == "heartbeat":
