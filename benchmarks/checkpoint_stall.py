@@ -169,6 +169,41 @@ def worker(rank: int, port: int, root: str, args: argparse.Namespace, out: Any) 
     dist.destroy_process_group()
 
 
+def breakdown(megabytes: int, root: str) -> None:
+    """Where a Shipyard save's time goes, one part at a time, for one rank's share of the state."""
+    import hashlib
+    import zlib
+
+    from shipyard.checkpoint.peer import PeerMemory, push
+    from shipyard.checkpoint.safetensors_io import raw_bytes, write_safetensors
+
+    source = torch.randn(megabytes * (1 << 20) // 4)
+    snapshot = torch.empty_like(source)
+    view = raw_bytes(snapshot)
+    peer = PeerMemory()
+    parts: dict[str, Callable[[], object]] = {
+        "snapshot copy (blocks the trainer)": lambda: snapshot.copy_(source),
+        "SHA-256": lambda: hashlib.sha256(view).digest(),
+        "CRC-32": lambda: zlib.crc32(view),
+        "write shard (SHA-256, CRC-32, write, fsync)": lambda: write_safetensors(
+            Path(root) / "shard.safetensors", [("w@0", snapshot)]
+        ),
+        "peer push (both ends, one host)": lambda: push(peer.address, 1, 0, [view]),
+    }
+    for name, part in parts.items():
+        walls, cpus = [], []
+        for _ in range(3):
+            cpu, start = time.process_time(), time.perf_counter()
+            part()
+            walls.append(time.perf_counter() - start)
+            cpus.append(time.process_time() - cpu)
+        print(
+            f"{name:>45}: {statistics.median(walls):.3f} s wall, "
+            f"{statistics.median(cpus):.3f} s CPU ({megabytes} MB)"
+        )
+    peer.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=int, default=2048)
@@ -176,7 +211,14 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--repeat", type=int, default=12, help="pairs of windows per method")
     parser.add_argument("--window", type=int, default=0, help="steps per window; 0: automatic")
+    parser.add_argument(
+        "--breakdown", type=int, metavar="MB", help="only time each part of a save of MB"
+    )
     args = parser.parse_args()
+    if args.breakdown:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("SHIPYARD_BENCH_DIR")) as root:
+            breakdown(args.breakdown, root)
+        return
     ctx = mp.get_context("spawn")
     queue = ctx.SimpleQueue()
     with tempfile.TemporaryDirectory(dir=os.environ.get("SHIPYARD_BENCH_DIR")) as root:
