@@ -170,14 +170,18 @@ def serve(
     path = socket_path(home)
     path.unlink(missing_ok=True)  # left by a service that died: the lock proves none runs
     manager = make_manager()
+    try:
+        metrics = _metrics_server(manager, metrics_listen, home) if metrics_listen else None
+    except BaseException:
+        manager.shutdown()
+        raise
     # Bound and listening under a temporary name, then renamed: the socket's path appears only
-    # when a client can connect to it.
+    # when a client can connect to it (and the metrics, if asked for, are served already).
     temp = path.with_name(f".{path.name}.{os.getpid()}")
     temp.unlink(missing_ok=True)
     server = _Server(str(temp), _Handler)
-    os.replace(temp, path)
     server.manager = manager
-    metrics = _metrics_server(manager, metrics_listen, home) if metrics_listen else None
+    os.replace(temp, path)
     if on_ready:
         on_ready(manager, path)
     thread = threading.Thread(target=server.serve_forever, name="sandbox-serve", daemon=True)
