@@ -3,7 +3,7 @@
 from dataclasses import asdict
 from typing import Any, Literal
 
-from shipyard.catalog import ArtifactRecord
+from shipyard.catalog import ArtifactRecord, SQLCatalog
 from shipyard.errors import InvalidInput
 from shipyard.workspace import Workspace
 
@@ -98,7 +98,11 @@ def lineage(
     truncated = len(depth_of) > MAX_NODES
     kept = dict(list(depth_of.items())[:MAX_NODES])
     names = _aliases_by_target(ws)
-    nodes = [_node(ws, node, level, names) for node, level in kept.items()]
+    labels = _labels(ws, list(kept))
+    nodes = [
+        {"id": node, "level": level, "aliases": sorted(names.get(node, [])), **labels[node]}
+        for node, level in kept.items()
+    ]
     return {
         "root": root,
         "direction": direction,
@@ -113,22 +117,31 @@ def lineage(
     }
 
 
-def _node(ws: Workspace, node: str, level: int, names: dict[str, list[str]]) -> dict[str, Any]:
-    if node.startswith("run-"):
-        run = ws.catalog.get_run(node)
-        return {
-            "id": node,
-            "type": "run",
-            "level": level,
-            "kind": run.kind if run else "?",
-            "status": run.status if run else "?",
-            "aliases": [],
-        }
-    record = ws.catalog.get_artifact(node)
-    return {
-        "id": node,
-        "type": "artifact",
-        "level": level,
-        "kind": record.kind if record else "?",
-        "aliases": sorted(names.get(node, [])),
-    }
+def _labels(ws: Workspace, ids: list[str]) -> dict[str, dict[str, str]]:
+    """Type, kind (and a run's status) of each node: a few IN queries on a SQL catalog rather
+    than one lookup per node, which is most of a big graph's time."""
+    runs = [n for n in ids if n.startswith("run-")]
+    out = {n: {"type": "run", "kind": "?", "status": "?"} for n in runs}
+    out |= {n: {"type": "artifact", "kind": "?"} for n in ids if not n.startswith("run-")}
+    catalog = ws.catalog
+    if not isinstance(catalog, SQLCatalog):
+        for node in ids:
+            if node in runs:
+                run = catalog.get_run(node)
+                out[node] |= {"kind": run.kind, "status": run.status} if run else {}
+            else:
+                record = catalog.get_artifact(node)
+                out[node]["kind"] = record.kind if record else "?"
+        return out
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ", ".join("?" for _ in chunk)
+        for node, kind, status in catalog.db.rows(
+            f"SELECT id, kind, status FROM runs WHERE id IN ({marks})", tuple(chunk)
+        ):
+            out[node] |= {"kind": kind, "status": status}
+        for node, kind in catalog.db.rows(
+            f"SELECT id, kind FROM artifacts WHERE id IN ({marks})", tuple(chunk)
+        ):
+            out[node]["kind"] = kind
+    return out

@@ -13,7 +13,7 @@ MAX_STEP_ROWS = 200_000  # a steps.csv beyond this is read only this far
 
 def list_runs(table: RunTable) -> list[dict[str, Any]]:
     """Every training run, newest first, with its status line."""
-    ids = [r[0] for r in table.db.execute("SELECT run_id FROM train_runs ORDER BY started_at DESC")]
+    ids = [r[0] for r in table.db.rows("SELECT run_id FROM train_runs ORDER BY started_at DESC")]
     return [status(table.get(run_id)) for run_id in ids]
 
 
