@@ -1,5 +1,6 @@
 """Leases, TTLs and the reaper: a dead driver's sandboxes go; a killed service leaves nothing."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -102,5 +103,28 @@ def test_reaper_and_records_without_a_service(shipyard_home: Path) -> None:
     try:
         assert host.reap_orphans() == 2
         wait_for(lambda: host.leaks().total == 0, 10, "no leaks")
+    finally:
+        host.close()
+
+
+def test_a_dead_in_process_driver_is_reaped_by_the_next_host(shipyard_home: Path) -> None:
+    """`shipyard.sandbox.create` in a process that is SIGKILLed: its groups and records go."""
+    script = textwrap.dedent(
+        """
+        import os
+        from shipyard.sandbox import create
+        boxes = [create() for _ in range(2)]
+        print("ready", flush=True)
+        os.kill(os.getpid(), 9)
+        """
+    )
+    env = {**os.environ, "SHIPYARD_HOME": str(shipyard_home)}
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env)
+    assert run.stdout == "ready\n", run.stderr
+    host = Host(shipyard_home)
+    try:
+        assert host.reap_orphans() == 2
+        wait_for(lambda: host.leaks().total == 0, 10, "no leaks")
+        assert not list((shipyard_home / "sandbox").glob("state-p*"))
     finally:
         host.close()

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shipyard.sandbox.limits import Limits
+from shipyard.sandbox.state import alive
 
 CONTROLLERS = ("memory", "pids", "cpu")
 OVERHEAD_PIDS = 3  # bubblewrap outside, bubblewrap as the namespace's init, the agent
@@ -335,18 +336,27 @@ class GroupPool:
                 group.remove()
 
 
-def sweep(confinement: Confinement) -> int:
+def sweep(confinement: Confinement, dead_siblings: bool = False) -> int:
     """Kill and remove every group under this service's parents (after a restart); how many
-    sandboxes' groups there were."""
+    sandboxes' groups there were. With `dead_siblings`, also the parents `<parent>-p<pid>` of
+    in-process hosts (`shipyard.sandbox.create`) on the same home whose process is gone."""
     names = set()
     for hierarchy in confinement.hierarchies.values():
-        if not hierarchy.parent.is_dir():
-            continue
-        for child in hierarchy.parent.iterdir():
-            if child.is_dir():
-                group = Group(hierarchy, child)
-                group.kill()
+        parents = [hierarchy.parent]
+        if dead_siblings and hierarchy.parent.parent.is_dir():
+            siblings = hierarchy.parent.parent.glob(f"{hierarchy.parent.name}-p*")
+            parents += [p for p in siblings if not alive(p.name.rpartition("-p")[2])]
+        for parent in parents:
+            if not parent.is_dir():
+                continue
+            for child in parent.iterdir():
+                if child.is_dir():
+                    group = Group(hierarchy, child)
+                    group.kill()
+                    with contextlib.suppress(OSError):
+                        group.remove()
+                    names.add(child.name)
+            if parent != hierarchy.parent:
                 with contextlib.suppress(OSError):
-                    group.remove()
-                names.add(child.name)
+                    parent.rmdir()
     return len(names)

@@ -24,7 +24,7 @@ from shipyard.sandbox.cgroups import Confinement, GroupPool, sweep
 from shipyard.sandbox.image import HOST, Image, ImageCache
 from shipyard.sandbox.leaks import Leaks
 from shipyard.sandbox.limits import Limits
-from shipyard.sandbox.state import StateDir, start_time
+from shipyard.sandbox.state import StateDir, alive, start_time
 
 
 class Host:
@@ -44,6 +44,7 @@ class Host:
         self.home = home
         digest = hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:10]
         self.tag = f"shipyard-sandbox-{digest}{tag}"
+        self.tag_suffix = tag
         self.confinement = Confinement.detect(self.tag, cgroup_root)
         lacking = [c for c in ("memory", "pids") if c in self.confinement.missing]
         if require_cgroups and lacking:
@@ -68,8 +69,13 @@ class Host:
     def reap_orphans(self) -> int:
         """Kill and clean every sandbox a previous run left behind; how many there were."""
         recorded = self.state.reap()
+        for sibling in self.state.path.parent.glob(f"{self.state.path.name}-p*"):
+            if not self.tag_suffix and not alive(sibling.name.rpartition("-p")[2]):
+                recorded += StateDir(sibling).reap()  # a dead in-process host's records
+                with contextlib.suppress(OSError):
+                    sibling.rmdir()
         self.groups.drain()
-        swept = sweep(self.confinement)
+        swept = sweep(self.confinement, dead_siblings=not self.tag_suffix)
         return max(len(recorded), swept)
 
     def leaks(self) -> Leaks:

@@ -27,6 +27,20 @@ def start_time(pid: int) -> int | None:
     return int(fields[19])
 
 
+def alive(pid: str) -> bool:
+    """Whether the process `pid` (as written in a name) exists; a name that is not a pid counts
+    as alive, so nothing is reaped on its account."""
+    if not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def kill_if_same(pid: int, started: int | None) -> bool:
     """SIGKILL `pid` only if it is still the process that started at `started`."""
     if started is None or start_time(pid) != started:
