@@ -28,7 +28,10 @@ def test_checkpoint_ls_and_verify_catch_corruption(tmp_path: Path) -> None:
     raw[-1] ^= 1
     shard.write_bytes(bytes(raw))
     bad = _cli("checkpoint", "verify", str(tmp_path), "--step", "2")
-    assert bad.returncode == 5 and "corrupt" in bad.stderr
+    assert bad.returncode == 5 and "corrupt" in bad.stderr and "piece 'w@0'" in bad.stderr
+    listed = _cli("checkpoint", "ls", str(tmp_path))  # marked: named as refused, not listed
+    assert "step          2" not in listed.stdout and "marked corrupt" in listed.stderr
+    assert _cli("checkpoint", "verify", str(tmp_path)).returncode == 5  # the newest is refused
 
 
 def test_tokens_inspect(tmp_path: Path) -> None:

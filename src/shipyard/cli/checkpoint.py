@@ -15,7 +15,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     ls = commands.add_parser("ls", help="committed checkpoints under ROOT, oldest first")
     ls.add_argument("root", type=Path, help="the run's checkpoint directory")
     ls.set_defaults(func=_ls)
-    verify = commands.add_parser("verify", help="re-hash every shard of a checkpoint")
+    verify = commands.add_parser(
+        "verify", help="re-hash every shard of a checkpoint; mark it corrupt if one differs"
+    )
     verify.add_argument("root", type=Path, help="the run's checkpoint directory")
     verify.add_argument("--step", type=int, help="default: the latest committed one")
     verify.set_defaults(func=_verify)
@@ -65,7 +67,7 @@ def _verify(args: argparse.Namespace) -> int:
                 continue
         else:
             raise NotFound(f"no committed checkpoint under {args.root}")
-    load_committed(found)  # raises IntegrityError naming the bad shard
+    load_committed(found)  # raises CorruptCheckpoint naming the shard and piece, and marks it
     print(f"step {found.step}: {len(found.manifest.shards)} shards match their SHA-256")
     return 0
 
