@@ -20,11 +20,14 @@ def test_config_round_trips_and_names_bad_fields():
     cfg = config(chaos={"mtbf_s": 60, "faults": [{"kind": "hang", "rank": 1, "step": 3}]})
     assert TrainConfig.from_dict(cfg.to_dict()) == cfg
     assert cfg.chaos.faults[0].kind == "hang" and cfg.chaos.mtbf_s == 60.0
+    assert config(chaos={"faults": [{"kind": "corrupt", "step": 5}]}).chaos.faults[0].step == 5
     cases = [
         ({"model": {"d_model": 30, "n_heads": 4}}, "model.d_model"),
         ({"model": {"layers": 2}}, "unknown fields ['layers']"),
         ({"optim": {"lr": "fast"}}, "optim.lr"),
         ({"chaos": {"kinds": ["meteor"]}}, "chaos.kinds"),
+        ({"chaos": {"kinds": ["corrupt"]}}, "chaos.kinds"),  # scripted only: not a signal
+        ({"chaos": {"faults": [{"kind": "meteor"}]}}, "chaos.faults.kind"),
         ({"controller": {"straggler_factor": 0}}, "straggler_factor"),
         ({"trainer": {}}, "unknown sections ['trainer']"),
     ]
