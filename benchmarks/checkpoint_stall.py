@@ -9,11 +9,12 @@ Paired, interleaved windows: a window is `--window` training steps (default: 3×
 at least 10 steps, like a checkpoint interval); in a saving window a save starts at its first step
 boundary and the window ends only when that save is done (so nothing it does is left out). Each
 pair is one saving and one plain window back to back, in alternating order; pairs rotate over the
-methods, so load swings on a shared machine hit every method alike. The effective stall of a method
-is the median over `--repeat` pairs of (saving − plain) window time, the slowest rank's (not
-floored at 0), with a bootstrap 95% interval. Also reported: the time the save call itself blocks
-(the critical path) and the extra CPU seconds the save costs a rank (paired the same way): on a
-host whose cores the ranks keep busy, background work is paid for in CPU.
+methods, so load swings on a shared machine hit every method alike, and are separated by an
+unmeasured `sync` and two steps, so one save's write-back is not charged to the next window. The
+effective stall of a method is the median over `--repeat` pairs of (saving − plain) window time,
+the slowest rank's (not floored at 0), with a bootstrap 95% interval. Also reported: the time the
+save call itself blocks (the critical path) and the extra CPU seconds the save costs a rank (paired
+the same way): on a host whose cores the ranks keep busy, background work is paid for in CPU.
 
     .venv/bin/python benchmarks/checkpoint_stall.py [--width 2048] [--layers 8] [--repeat 12]
 """
@@ -69,6 +70,15 @@ def window(train: Callable[[], None], steps: int, begin: Callable[[], Wait] | No
         wait()
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {"wall": slowest(wall), "cpu": slowest(cpu), "blocked": slowest(blocked)}
+
+
+def settle(train: Callable[[], None]) -> None:
+    """Between pairs, unmeasured: dirty pages a save left (DCP does not fsync) are written out
+    now, so their write-back is not charged to whichever window comes next."""
+    os.sync()
+    dist.barrier()
+    for _ in range(2):
+        train()
 
 
 def median_ci(values: list[float], seed: int = 0, draws: int = 2000) -> tuple[float, float]:
@@ -152,7 +162,8 @@ def worker(rank: int, port: int, root: str, args: argparse.Namespace, out: Any) 
     for repeat in range(args.repeat):
         for i in range(len(names)):
             name = names[(repeat + i) % len(names)]  # rotate which method goes first
-            saving_first = (repeat + i) % 2 == 0
+            saving_first = repeat % 2 == 0  # each method's pairs alternate their order
+            settle(train)
             runs = [(True, methods[name]), (False, None)]
             measured = {
                 s: window(train, steps, b) for s, b in (runs if saving_first else runs[::-1])
