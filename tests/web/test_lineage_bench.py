@@ -66,6 +66,9 @@ def test_depth_limited_lineage_matches_a_python_walk(
                     assert max(got.values()) <= min(left_out)
                 else:
                     assert got == want, (direction, depth)
+                    edges = {(e["parent"], e["child"], e["depth"]) for e in reply["edges"]}
+                    assert edges == _edges(want, links, direction, depth)
+                    assert len(reply["edges"]) == len(edges)  # each edge once
                 assert all(
                     (n["type"] == "run") == n["id"].startswith("run-") for n in reply["nodes"]
                 )
@@ -83,3 +86,16 @@ def _walk(root: str, links: dict[str, set[str]], depth: int) -> dict[str, int]:
                 seen[nxt] = seen[node] + 1
                 todo.append(nxt)
     return seen
+
+
+def _edges(
+    levels: dict[str, int], links: dict[str, set[str]], direction: str, depth: int
+) -> set[tuple[str, str, int]]:
+    """Each edge out of a node nearer than `depth`, at one more than that node's level."""
+    out = set()
+    for near, level in levels.items():
+        if level < depth:
+            for far in links.get(near, ()):
+                edge = (far, near) if direction == "up" else (near, far)
+                out.add((*edge, level + 1))
+    return out

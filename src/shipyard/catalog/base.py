@@ -129,10 +129,16 @@ class Catalog(Protocol):
     def get_run(self, run_id: str) -> RunRecord | None: ...
 
     def lineage(
-        self, node_id: str, direction: Literal["up", "down"], max_depth: int = 1000
+        self,
+        node_id: str,
+        direction: Literal["up", "down"],
+        max_depth: int = 1000,
+        max_nodes: int | None = None,
     ) -> list[LineageEdge]:
         """Every edge reachable from `node_id` towards its sources (up) or derivatives (down),
-        at most `max_depth` edges away."""
+        at most `max_depth` edges away, ordered by depth, then parent and child; each edge once,
+        with its least depth. With `max_nodes`, the walk may stop once it has found more than
+        that many nodes (the root included): the nearest are then complete, farther ones not."""
         ...
 
     def close(self) -> None: ...

@@ -22,6 +22,9 @@ from shipyard.db import Database, ensure
 from shipyard.errors import Conflict, NotFound
 from shipyard.hashing import canonical_json, sha256_hex
 
+# Nodes per query of a lineage walk: few enough that a capped walk stops soon after its cap.
+_FRONTIER_CHUNK = 32
+
 
 class SQLCatalog:
     def __init__(self, db: Database) -> None:
@@ -187,21 +190,39 @@ class SQLCatalog:
         )
 
     def lineage(
-        self, node_id: str, direction: Literal["up", "down"], max_depth: int = 1000
+        self,
+        node_id: str,
+        direction: Literal["up", "down"],
+        max_depth: int = 1000,
+        max_nodes: int | None = None,
     ) -> list[LineageEdge]:
-        # Walk the edge table breadth-first in SQL; UNION (not UNION ALL) stops at cycles.
+        # Breadth-first, one level at a time: each node is expanded once, at its least depth, so
+        # each edge comes back once with its least depth and a cycle ends itself. A recursive
+        # CTE cannot stop at a node count; this walk stops as soon as it knows more than
+        # `max_nodes` nodes, because the far levels of a big graph are most of the work.
         near, far = ("child", "parent") if direction == "up" else ("parent", "child")
-        query = f"""
-            WITH RECURSIVE walk(parent, child, depth) AS (
-                SELECT parent, child, 1 FROM edges WHERE {near} = ?
-                UNION
-                SELECT e.parent, e.child, w.depth + 1
-                FROM edges e JOIN walk w ON e.{near} = w.{far}
-                WHERE w.depth < ?
-            )
-            SELECT parent, child, MIN(depth) FROM walk GROUP BY parent, child ORDER BY 3, 1, 2
-        """
-        return [LineageEdge(*row) for row in self.db.rows(query, (node_id, max_depth))]
+        seen, frontier, out = {node_id}, [node_id], []
+        depth = 0
+        while frontier and depth < max_depth:
+            depth += 1
+            level: list[tuple[str, str]] = []
+            found: list[str] = []
+            for start in range(0, len(frontier), _FRONTIER_CHUNK):
+                chunk = frontier[start : start + _FRONTIER_CHUNK]
+                marks = ", ".join("?" for _ in chunk)
+                query = f"SELECT parent, child, {far} FROM edges WHERE {near} IN ({marks})"
+                for parent, child, node in self.db.rows(query, tuple(chunk)):
+                    level.append((parent, child))
+                    if node not in seen:
+                        seen.add(node)
+                        found.append(node)
+                if max_nodes is not None and len(seen) > max_nodes:
+                    frontier = []
+                    break
+            else:
+                frontier = sorted(found)
+            out += [LineageEdge(parent, child, depth) for parent, child in sorted(level)]
+        return out
 
 
 def _artifact(row: tuple[Any, ...]) -> ArtifactRecord:

@@ -90,7 +90,7 @@ def lineage(
     if not 1 <= depth <= MAX_DEPTH:
         raise InvalidInput(f"lineage depth {depth}: expected 1 to {MAX_DEPTH}")
     root = ws.resolve(ref)
-    edges = ws.catalog.lineage(root, direction, depth)
+    edges = ws.catalog.lineage(root, direction, depth, MAX_NODES)
     depth_of = {root: 0}
     for edge in edges:  # ordered by depth, so the first sighting is the shortest path
         far = edge.parent if direction == "up" else edge.child
