@@ -78,3 +78,21 @@ def test_openers_racing_on_a_fresh_database_apply_each_step_once(db_url: str) ->
         before = list(pool.map(open_and_ensure, range(8)))
     assert sorted(before) == [0] + [1] * 7
     assert Database(db_url).rows("SELECT COUNT(*) FROM counted") == [(1,)]
+
+
+def test_adopt_runs_once_on_a_database_with_no_version_before_the_steps(db_url: str) -> None:
+    """Tables made before versioning, in a shape step 1 cannot take alone, are adopted first."""
+    db = Database(db_url)
+    db.run("CREATE TABLE old (x INTEGER)")  # what an unversioned Shipyard left
+    db.run("INSERT INTO old VALUES (1)")
+    adopted: list[str] = []
+
+    def adopt(d: Database) -> None:
+        adopted.append("old")
+        d.run("ALTER TABLE old ADD COLUMN y INTEGER")
+
+    step = "CREATE TABLE IF NOT EXISTS old (x INTEGER, y INTEGER); CREATE INDEX old_y ON old (y)"
+    schema = Schema("old", (lambda d: step,), adopt=adopt)
+    assert ensure(db, schema) == 0
+    assert ensure(db, schema) == 1
+    assert adopted == ["old"] and db.rows("SELECT x, y FROM old") == [(1, None)]

@@ -4,7 +4,8 @@ A subsystem's `Schema` is its ordered list of steps; step N takes its tables fro
 N. The table `shipyard_schema` holds each subsystem's version. Opening a subsystem brings its
 tables up to date (`ensure`); `shipyard db upgrade` does it for all of them at once. A database
 whose version is newer than this code's steps is refused by name: old code must not write tables
-whose meaning it does not know.
+whose meaning it does not know. Tables an older Shipyard made before versioning, in a shape step
+1 cannot take in SQL alone, are brought to that shape first by the schema's `adopt` function.
 """
 
 import time
@@ -30,6 +31,8 @@ SERIAL_KEY: dict[Dialect, str] = {
 class Schema:
     subsystem: str
     steps: tuple[Step, ...]
+    # Run once, inside the upgrade, on a database with no version recorded for this subsystem.
+    adopt: Callable[[Database], None] | None = None
 
     @property
     def latest(self) -> int:
@@ -64,6 +67,8 @@ def ensure(db: Database, schema: Schema) -> int:
         )
         found = version(db, schema)
         _refuse_newer(db, schema, found)
+        if found == 0 and schema.adopt is not None:
+            schema.adopt(db)
         for step in schema.steps[found:]:
             for statement in step(db.dialect).split(";"):
                 if statement.strip():
