@@ -1,8 +1,8 @@
 """Every queued job carries a reason: Inadmissible (never, as asked) or Pending (not yet)."""
 
-import sqlite3
 from pathlib import Path
 
+from shipyard.db import Database
 from shipyard.scheduler import (
     ClusterState,
     Job,
@@ -167,13 +167,13 @@ def test_an_inadmissible_job_never_holds_the_reservation() -> None:
     assert [r.job.id for r in decision.admitted] == ["next"]
 
 
-def test_service_stores_conditions(tmp_path: Path) -> None:
+def test_service_stores_conditions(tmp_path: Path, db_url: str) -> None:
     config = parse_config(
         {"nodes": [{"name": "n0", "gpus": 4}],
          "teams": [{"team": "a", "nominal": {"gpu": 2}, "cohort": "ab"},
                    {"team": "b", "nominal": {"gpu": 2}, "cohort": "ab"}]}
     )  # fmt: skip
-    store = JobStore(tmp_path / "catalog.db")
+    store = JobStore(Database(db_url))
     svc = Service(config, store, LocalBackend(config.nodes, tmp_path / "logs"), lambda: 50.0)
     try:
         never = store.submit(Job("", "a", 4, 60.0), ["true"])
@@ -195,12 +195,3 @@ def test_service_stores_conditions(tmp_path: Path) -> None:
         }  # fmt: skip
     finally:
         svc.backend.shutdown()
-
-
-def test_old_queue_table_gains_the_column(tmp_path: Path) -> None:
-    path = tmp_path / "catalog.db"
-    store = JobStore(path)
-    with sqlite3.connect(path) as db:
-        db.execute("ALTER TABLE scheduler_jobs DROP COLUMN condition")
-    job_id = JobStore(path).submit(Job("", "a", 1, 60.0), ["true"])
-    assert store.get(job_id)["condition"] is None

@@ -3,6 +3,7 @@
 import random
 from pathlib import Path
 
+from shipyard.db import Database
 from shipyard.scheduler import ClusterState, Job, Node, Running, TeamQuota, Tier
 from shipyard.scheduler.config import parse_config
 from shipyard.scheduler.local import LocalBackend
@@ -27,7 +28,8 @@ def test_idle_two_node_cluster(tmp_path: Path) -> None:
         {"nodes": [{"name": "n0", "gpus": 4}, {"name": "n1", "gpus": 4}],
          "teams": [{"team": "a", "nominal": {"gpu": 8}}]}
     )  # fmt: skip
-    svc = Service(config, JobStore(tmp_path / "c.db"), LocalBackend(config.nodes, tmp_path))
+    store = JobStore(Database(f"sqlite://{tmp_path / 'c.db'}"))
+    svc = Service(config, store, LocalBackend(config.nodes, tmp_path))
     status = svc.status()
     # One GPU on each of two nodes is the largest 1-per-node gang, not the 8 free GPUs.
     assert status["largest_gang"] == {"1_per_node": 2, "2_per_node": 4, "4_per_node": 8,

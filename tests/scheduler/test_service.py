@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from shipyard.db import Database
 from shipyard.scheduler.config import parse_config
 from shipyard.scheduler.local import LocalBackend
 from shipyard.scheduler.model import Job
@@ -22,11 +23,11 @@ CONFIG = {
     ],
 }
 
-# Records its GPU ids; on SIGTERM writes "term" and exits; otherwise sleeps (unless told to end).
+# On SIGTERM writes "term" and exits; records its GPU ids once that handler is in place (so a
+# test can wait for it); otherwise sleeps (unless told to end).
 WORKER = """
 import os, signal, sys, time
 out = sys.argv[1]
-open(out + ".gpus", "w").write(os.environ["CUDA_VISIBLE_DEVICES"])
 if sys.argv[2] == "ignore":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 else:
@@ -34,14 +35,16 @@ else:
         open(out + ".term", "w").write("term")
         sys.exit(0)
     signal.signal(signal.SIGTERM, term)
+open(out + ".tmp", "w").write(os.environ["CUDA_VISIBLE_DEVICES"])
+os.replace(out + ".tmp", out + ".gpus")  # whole when it appears
 if sys.argv[2] != "quick":
     time.sleep(60)
 """
 
 
 @pytest.fixture
-def service(tmp_path: Path) -> Service:
-    store = JobStore(tmp_path / "catalog.db")
+def service(tmp_path: Path, db_url: str) -> Service:
+    store = JobStore(Database(db_url))
     config = parse_config(CONFIG)
     svc = Service(config, store, LocalBackend(config.nodes, tmp_path / "logs"))
     yield svc
@@ -54,6 +57,12 @@ def until(svc: Service, done: Callable[[], bool], limit: float = 30.0) -> None:
         assert time.monotonic() < deadline, "condition not reached"
         svc.tick()
         time.sleep(0.05)
+
+
+def started(svc: Service, tmp: Path, name: str) -> None:
+    """Wait until worker `name` runs with its SIGTERM handler in place (running is not enough:
+    a signal before that would kill the interpreter instead)."""
+    until(svc, lambda: (tmp / f"{name}.gpus").exists())
 
 
 def submit(
@@ -77,9 +86,9 @@ def test_runs_real_process_with_cuda_visible_devices(service: Service, tmp_path:
 
 def test_reclaim_sends_sigterm_and_requeues(service: Service, tmp_path: Path) -> None:
     victim = submit(service, tmp_path, "victim", "b", 4, "sleep", preemptible=True, grace=5.0)
-    until(service, lambda: service.store.get(victim)["state"] == "running")
+    started(service, tmp_path, "victim")
     owner = submit(service, tmp_path, "owner", "a", 2, "sleep")
-    until(service, lambda: service.store.get(owner)["state"] == "running")
+    started(service, tmp_path, "owner")
     assert (tmp_path / "victim.term").read_text() == "term"
     row = service.store.get(victim)
     assert row["state"] == "queued" and row["message"] == f"preempted by {owner}"
@@ -92,7 +101,7 @@ def test_reclaim_sends_sigterm_and_requeues(service: Service, tmp_path: Path) ->
 
 def test_victim_ignoring_sigterm_is_killed_after_grace(service: Service, tmp_path: Path) -> None:
     victim = submit(service, tmp_path, "stubborn", "b", 4, "ignore", preemptible=True, grace=0.5)
-    until(service, lambda: service.store.get(victim)["state"] == "running")
+    started(service, tmp_path, "stubborn")
     owner = submit(service, tmp_path, "owner", "a", 2, "quick")
     until(service, lambda: service.store.get(owner)["state"] == "done")
     assert not (tmp_path / "stubborn.term").exists()
@@ -101,7 +110,7 @@ def test_victim_ignoring_sigterm_is_killed_after_grace(service: Service, tmp_pat
 
 def test_cancel_queued_and_running(service: Service, tmp_path: Path) -> None:
     running = submit(service, tmp_path, "long", "a", 4, "sleep", grace=2.0, preemptible=True)
-    until(service, lambda: service.store.get(running)["state"] == "running")
+    started(service, tmp_path, "long")
     queued = submit(service, tmp_path, "wait", "a", 2, "quick")
     assert service.store.cancel(queued) == "cancelled"
     assert service.store.cancel(running) == "cancelling"
@@ -111,14 +120,14 @@ def test_cancel_queued_and_running(service: Service, tmp_path: Path) -> None:
     assert service.state.free == [4] and not service.state.running
 
 
-def test_idle_interactive_job_is_warned_then_reclaimed(tmp_path: Path) -> None:
+def test_idle_interactive_job_is_warned_then_reclaimed(tmp_path: Path, db_url: str) -> None:
     now = [1000.0]
     config = parse_config({**CONFIG, "idle_minutes": 1})
-    store = JobStore(tmp_path / "catalog.db")
+    store = JobStore(Database(db_url))
     svc = Service(config, store, LocalBackend(config.nodes, tmp_path / "logs"), lambda: now[0])
     try:
         job_id = submit(svc, tmp_path, "nb", "a", 1, "sleep", priority="interactive", grace=1.0)
-        until(svc, lambda: store.get(job_id)["state"] == "running")
+        started(svc, tmp_path, "nb")
         now[0] += 30
         svc.report_utilization(job_id)  # busy: the idle clock restarts
         now[0] += 61
@@ -151,11 +160,11 @@ def test_failed_launch_frees_the_gpus(service: Service, tmp_path: Path) -> None:
     assert (tmp_path / "later.gpus").read_text() == "0,1"
 
 
-def test_metrics_escape_label_values(tmp_path: Path) -> None:
+def test_metrics_escape_label_values(tmp_path: Path, db_url: str) -> None:
     team = 'we"ird\nteam\\x'
     config = parse_config({"nodes": [{"name": "n0", "gpus": 2}],
                            "teams": [{"team": team, "nominal": {"gpu": 2}}]})  # fmt: skip
-    svc = Service(config, JobStore(tmp_path / "catalog.db"), LocalBackend(config.nodes, tmp_path))
+    svc = Service(config, JobStore(Database(db_url)), LocalBackend(config.nodes, tmp_path))
     try:
         job_id = submit(svc, tmp_path, "odd", team, 2, "quick")
         until(svc, lambda: svc.store.get(job_id)["state"] == "done")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from shipyard.db import Database
 from shipyard.scheduler.config import parse_config
 from shipyard.scheduler.model import Job, Running, Tier
 from shipyard.scheduler.service import Service
@@ -34,7 +35,7 @@ def slurm_conf(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def test_gang_runs_on_both_nodes(slurm_conf: Path, tmp_path: Path) -> None:
     config = parse_config(CONFIG)
-    store = JobStore(tmp_path / "catalog.db")
+    store = JobStore(Database(f"sqlite://{tmp_path / 'catalog.db'}"))
     backend = SlurmBackend(config.nodes, tmp_path / "logs", slurm_conf)
     service = Service(config, store, backend)
     out = tmp_path / "out"
@@ -101,7 +102,7 @@ def test_service_reclaims_through_slurm(slurm_conf: Path, tmp_path: Path) -> Non
             ],
         }
     )
-    store = JobStore(tmp_path / "catalog.db")
+    store = JobStore(Database(f"sqlite://{tmp_path / 'catalog.db'}"))
     service = Service(config, store, SlurmBackend(config.nodes, tmp_path / "logs", slurm_conf))
     script = tmp_path / "trap.py"
     script.write_text(TRAP)

@@ -2,7 +2,6 @@
 
 import json
 import signal
-import sqlite3
 import sys
 import threading
 from pathlib import Path
@@ -63,7 +62,7 @@ def serve(
             with lock:
                 try:
                     service.tick()
-                except sqlite3.OperationalError as exc:  # a busy database: try again next tick
+                except StorageError as exc:  # a busy or restarting database: try again next tick
                     print(json.dumps({"event": "tick-error", "error": str(exc)}), file=sys.stderr)
             stop.wait(tick)
     finally:

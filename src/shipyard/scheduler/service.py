@@ -1,4 +1,4 @@
-"""The live scheduler: the unchanged policy, the SQLite queue and a backend, in one loop.
+"""The live scheduler: the unchanged policy, the job store and a backend, in one loop.
 
 Each tick: collect ended processes, stop cancelled and over-time jobs, reap idle interactive
 jobs, pick up new submissions, run one policy pass, signal victims, launch admitted gangs and
