@@ -133,3 +133,42 @@ def test_openapi_and_metrics(client: TestClient) -> None:
     client.get("/api/artifacts")
     metrics = client.get("/metrics").text
     assert 'shipyard_web_requests_total{route="/api/artifacts",status="200"}' in metrics
+
+
+def test_search_pages_newest_first_and_reads_the_query_literally(
+    client: TestClient, chain: list[str], home: Path
+) -> None:
+    from shipyard.catalog import ArtifactRecord
+
+    names = ["a%b", "a_b", "axb", 'say "Hi"', "back\\slash", "ÉCLAIR step", "plain"]
+    ws = Workspace.open(home)
+    for index, name in enumerate(names * 40):
+        record = ArtifactRecord(f"{index:064x}", "extra", 1, 1, 1e9 + index, None, {"name": name})
+        ws.catalog.add_artifact(record)
+    ws.close()
+
+    def ids(**params: object) -> list[str]:
+        reply = client.get("/api/artifacts", params=params)
+        assert reply.status_code == 200, reply.text
+        return [a["id"] for a in reply.json()]
+
+    everything = ids(limit=200) + ids(offset=200, limit=200)  # newest first: the chain, then these
+    assert len(everything) == len(names) * 40 + len(chain)
+    assert everything[len(chain) : len(chain) + 2] == [f"{i:064x}" for i in (279, 278)]
+    assert ids(offset=5, limit=7) == everything[5:12]
+    for query, matching in [
+        ("a%b", {"a%b"}),
+        ("a_b", {"a_b"}),
+        ('"hi', {'say "Hi"'}),
+        ("k\\s", {"back\\slash"}),
+        ("éclair", set()),  # only ASCII letters are folded
+        ("ÉCLAIR STEP", {"ÉCLAIR step"}),
+    ]:
+        got = ids(q=query, kind="extra", limit=200)
+        want = [f"{i:064x}" for i in reversed(range(len(names) * 40)) if names[i % 7] in matching]
+        assert got == want, query
+    assert client.get("/api/artifacts", params={"limit": 0}).status_code == 400
+    assert client.get("/api/artifacts", params={"offset": -1}).status_code == 400
+    page = client.get("/artifacts", params={"kind": "extra"}).text
+    assert 'id="next"' in page and "offset=200" in page
+    assert 'id="next"' not in client.get("/artifacts", params={"kind": "extra", "offset": 200}).text

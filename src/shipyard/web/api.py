@@ -24,11 +24,16 @@ def router(console: Console) -> APIRouter:
     # they are plain JSON already.
     @api.get(
         "/artifacts",
-        summary="Search artifacts by id, alias or name, and kind",
+        summary="Search artifacts by id, alias or name, and kind; newest first, a page at a time",
         response_class=JSONResponse,
     )
-    def search(q: str = "", kind: str = "") -> JSONResponse:
-        return JSONResponse(artifacts.search(console.workspace(), q, kind))
+    def search(
+        q: str = "",
+        kind: str = "",
+        offset: int = Query(0, ge=0),
+        limit: int = Query(artifacts.MAX_RESULTS, ge=1, le=artifacts.MAX_RESULTS),
+    ) -> JSONResponse:
+        return JSONResponse(artifacts.search(console.workspace(), q, kind, offset, limit))
 
     @api.get("/artifacts/{ref}", summary="An artifact: files, pieces, aliases, alias history")
     def artifact(ref: str) -> dict[str, Any]:

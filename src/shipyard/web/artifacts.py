@@ -1,5 +1,9 @@
 """What the console shows about artifacts: search, one artifact whole, and its lineage graph."""
 
+import itertools
+import json
+import string
+from collections.abc import Iterator
 from dataclasses import asdict
 from typing import Any, Literal
 
@@ -32,22 +36,77 @@ def _summary(record: ArtifactRecord, aliases: list[str]) -> dict[str, Any]:
     }
 
 
-def search(ws: Workspace, query: str = "", kind: str = "") -> list[dict[str, Any]]:
-    """Artifacts whose id, alias or metadata name contains `query`, of `kind` if given."""
+def search(
+    ws: Workspace, query: str = "", kind: str = "", offset: int = 0, limit: int = MAX_RESULTS
+) -> list[dict[str, Any]]:
+    """Newest first, skipping `offset`: artifacts whose id, alias or metadata name contains
+    `query` (ignoring the case of ASCII letters), of `kind` if given; at most `limit`."""
     if len(query) > 200 or len(kind) > 100:
         raise InvalidInput("search: query and kind are at most 200 and 100 characters")
+    if offset < 0 or not 1 <= limit <= MAX_RESULTS:
+        raise InvalidInput(f"search: offset must be >= 0 and limit 1 to {MAX_RESULTS}")
     names = _aliases_by_target(ws)
-    needle = query.strip().lower()
+    needle = _ascii_lower(query.strip())
     found = []
-    for record in reversed(ws.catalog.list_artifacts(kind or None)):
+    for record in _candidates(ws, needle, kind):
         row = _summary(record, names.get(record.id, []))
         haystack = [record.id, *row["aliases"], str(row["name"] or "")]
-        if needle and not any(needle in text.lower() for text in haystack):
+        if needle and not any(needle in _ascii_lower(text) for text in haystack):
+            continue
+        if offset:
+            offset -= 1
             continue
         found.append(row)
-        if len(found) == MAX_RESULTS:
+        if len(found) == limit:
             break
     return found
+
+
+def _ascii_lower(text: str) -> str:
+    """Lower case as SQL's `lower()` does on both databases for the text searched here."""
+    return text.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+_SEARCH_BATCH = 500
+_COLUMNS = "id, kind, size, file_count, created_at, run_id, metadata"  # ArtifactRecord's order
+
+
+def _candidates(ws: Workspace, needle: str, kind: str) -> Iterator[ArtifactRecord]:
+    """Artifacts newest first that may match: all of them on a catalog without SQL; on SQL, a
+    superset of the matches found by the database, read in batches, so a search reads about
+    as many rows as it shows rather than the whole catalog."""
+    catalog = ws.catalog
+    if not isinstance(catalog, SQLCatalog):
+        yield from reversed(catalog.list_artifacts(kind or None))
+        return
+    where, params = [], []
+    if kind:
+        where.append("kind = ?")
+        params.append(kind)
+    if needle:
+        # Metadata is stored as ASCII JSON: a name holding the needle holds it JSON-escaped.
+        plain, escaped = _like(needle), _like(json.dumps(needle)[1:-1])
+        where.append(
+            "(lower(id) LIKE ? ESCAPE '\\' OR lower(metadata) LIKE ? ESCAPE '\\'"
+            " OR id IN (SELECT artifact_id FROM aliases WHERE lower(name) LIKE ? ESCAPE '\\'))"
+        )
+        params += [plain, escaped, plain]
+    query = f"SELECT {_COLUMNS} FROM artifacts"
+    query += f" WHERE {' AND '.join(where)}" if where else ""
+    query += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
+    for start in itertools.count(0, _SEARCH_BATCH):
+        rows = catalog.db.rows(query, (*params, _SEARCH_BATCH, start))
+        yield from (ArtifactRecord(*row[:6], json.loads(row[6])) for row in rows)
+        if len(rows) < _SEARCH_BATCH:
+            return
+
+
+def _like(text: str) -> str:
+    """A LIKE pattern matching `text` anywhere, its wildcards taken literally."""
+    for char in ("\\", "%", "_"):
+        text = text.replace(char, "\\" + char)
+    return f"%{text}%"
 
 
 def detail(ws: Workspace, ref: str) -> dict[str, Any]:

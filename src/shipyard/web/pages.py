@@ -46,13 +46,25 @@ def router(console: Console) -> APIRouter:
             request,
             "index.html",
             aliases=ws.catalog.list_aliases(),
-            recent=artifacts.search(ws)[:20],
+            recent=artifacts.search(ws, limit=20),
         )
 
     @pages.get("/artifacts")
-    def artifact_search(request: Request, q: str = "", kind: str = "") -> HTMLResponse:
-        found = artifacts.search(console.workspace(), q, kind)
-        return page(request, "artifacts.html", found=found, q=q, kind=kind)
+    def artifact_search(
+        request: Request, q: str = "", kind: str = "", offset: int = Query(0, ge=0)
+    ) -> HTMLResponse:
+        found = artifacts.search(console.workspace(), q, kind, offset)
+        more = len(found) == artifacts.MAX_RESULTS  # perhaps; the next page says
+        return page(
+            request,
+            "artifacts.html",
+            found=found,
+            q=q,
+            kind=kind,
+            offset=offset,
+            more=more,
+            size=artifacts.MAX_RESULTS,
+        )
 
     @pages.get("/artifacts/{ref}")
     def artifact(request: Request, ref: str) -> HTMLResponse:
