@@ -97,7 +97,9 @@ def _candidates(ws: Workspace, needle: str, kind: str) -> Iterator[ArtifactRecor
     query += " ORDER BY created_at DESC, id DESC LIMIT ? OFFSET ?"
     for start in itertools.count(0, _SEARCH_BATCH):
         rows = catalog.db.rows(query, (*params, _SEARCH_BATCH, start))
-        yield from (ArtifactRecord(*row[:6], json.loads(row[6])) for row in rows)
+        for artifact_id, kind_, size, files, created_at, run_id, metadata in rows:
+            meta = json.loads(metadata)
+            yield ArtifactRecord(artifact_id, kind_, size, files, created_at, run_id, meta)
         if len(rows) < _SEARCH_BATCH:
             return
 
