@@ -8,6 +8,7 @@ re-save of the same step removes the mark. Snapshots from peer memory are the sa
 the header, and are checked against the same SHA-256.
 """
 
+import contextlib
 import hashlib
 import json
 import time
@@ -102,7 +103,8 @@ def check_stored(checkpoint: Committed, shard: ShardRecord, data: bytes, source:
     try:
         check_shard(checkpoint.manifest, shard, data, source)
     except CorruptCheckpoint as exc:
-        mark_corrupt(checkpoint.path, exc)
+        with contextlib.suppress(OSError):  # read-only storage: refused all the same, unmarked
+            mark_corrupt(checkpoint.path, exc)
         raise
 
 
