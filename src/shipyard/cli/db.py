@@ -5,9 +5,11 @@ import argparse
 from shipyard.catalog.schema import CATALOG
 from shipyard.db import Schema, open_database, upgrade, version
 from shipyard.queue.schema import QUEUE
+from shipyard.scheduler.store import SCHEDULER
+from shipyard.train.state import TRAIN
 
 # Every subsystem's tables in the shared database, in the order they are upgraded.
-SCHEMAS: tuple[Schema, ...] = (CATALOG, QUEUE)
+SCHEMAS: tuple[Schema, ...] = (CATALOG, QUEUE, SCHEDULER, TRAIN)
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

@@ -1,64 +1,59 @@
-"""The run's desired and observed state, in the catalog's SQLite database (tables of our own).
+"""The run's desired and observed state, in the trainer's own tables of Shipyard's database.
 
 `train_runs` holds one row per run: its state-machine state, config, world size, attempt, latest
 committed checkpoint step, skip windows, learning-rate scale, the live ranks' pids and start
 times, the heartbeat port and the goodput ledger, so a restarted controller re-attaches from it.
 `train_events` is the run's log (failures, hangs with their stacks, stragglers, rollbacks, chaos,
-restarts).
+restarts), in time order.
 """
 
 import json
-import os
-import sqlite3
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from shipyard.catalog import ensure_catalog_file
+from shipyard.db import Database, Dialect, Schema, ensure, open_database
 from shipyard.errors import InvalidInput, NotFound
-from shipyard.workspace import shipyard_home
 
 STATES = ("pending", "starting", "running", "restarting", "succeeded", "failed")
 FINAL = ("succeeded", "failed")
 
-_SCHEMA = """
+
+def _v1(dialect: Dialect) -> str:
+    # `IF NOT EXISTS`: a database made before versioning already has these tables.
+    return """
 CREATE TABLE IF NOT EXISTS train_runs (
-    run_id TEXT PRIMARY KEY,
-    state TEXT NOT NULL,
-    config TEXT NOT NULL,
-    world_size INTEGER NOT NULL,
-    run_dir TEXT NOT NULL,
-    data_path TEXT NOT NULL,
-    attempt INTEGER NOT NULL DEFAULT 0,
-    checkpoint_step INTEGER NOT NULL DEFAULT 0,
-    step INTEGER NOT NULL DEFAULT 0,
-    skips TEXT NOT NULL DEFAULT '[]',
-    lr_scale REAL NOT NULL DEFAULT 1.0,
-    rank_pids TEXT NOT NULL DEFAULT '[]',
-    heartbeat_port INTEGER NOT NULL DEFAULT 0,
-    controller_pid INTEGER NOT NULL DEFAULT 0,
-    ledger TEXT NOT NULL DEFAULT '{}',
-    reason TEXT NOT NULL DEFAULT '',
-    model_id TEXT NOT NULL DEFAULT '',
-    started_at REAL NOT NULL,
-    updated_at REAL NOT NULL
+    run_id          TEXT PRIMARY KEY,
+    state           TEXT NOT NULL,
+    config          TEXT NOT NULL,
+    world_size      INTEGER NOT NULL,
+    run_dir         TEXT NOT NULL,
+    data_path       TEXT NOT NULL,
+    attempt         INTEGER NOT NULL DEFAULT 0,
+    checkpoint_step BIGINT NOT NULL DEFAULT 0,
+    step            BIGINT NOT NULL DEFAULT 0,
+    skips           TEXT NOT NULL DEFAULT '[]',
+    lr_scale        DOUBLE PRECISION NOT NULL DEFAULT 1.0,
+    rank_pids       TEXT NOT NULL DEFAULT '[]',
+    heartbeat_port  INTEGER NOT NULL DEFAULT 0,
+    controller_pid  INTEGER NOT NULL DEFAULT 0,
+    ledger          TEXT NOT NULL DEFAULT '{}',
+    reason          TEXT NOT NULL DEFAULT '',
+    model_id        TEXT NOT NULL DEFAULT '',
+    started_at      DOUBLE PRECISION NOT NULL,
+    updated_at      DOUBLE PRECISION NOT NULL
 );
 CREATE TABLE IF NOT EXISTS train_events (
     run_id TEXT NOT NULL,
-    at REAL NOT NULL,
-    kind TEXT NOT NULL,
+    at     DOUBLE PRECISION NOT NULL,
+    kind   TEXT NOT NULL,
     detail TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS train_events_run ON train_events (run_id, at);
+CREATE INDEX IF NOT EXISTS train_events_run ON train_events (run_id, at)
 """
 
 
-def catalog_path() -> Path:
-    uri = os.environ.get("SHIPYARD_CATALOG") or str(shipyard_home() / "catalog.db")
-    if "://" in uri:
-        raise InvalidInput(f"the training controller needs a SQLite catalog, got {uri!r}")
-    return Path(uri).expanduser()
+TRAIN = Schema("train", (_v1,))
 
 
 @dataclass
@@ -95,14 +90,11 @@ class Event:
 
 
 class RunTable:
-    """Our own connection to the catalog database (one per thread that uses it)."""
+    """The trainer's tables, through one connection: use one `RunTable` per thread."""
 
-    def __init__(self, path: Path | None = None) -> None:
-        self.path = path or catalog_path()
-        ensure_catalog_file(self.path)
-        self.db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.executescript(_SCHEMA)
+    def __init__(self, db: Database | None = None) -> None:
+        self.db = db or open_database()
+        ensure(self.db, TRAIN)
 
     def close(self) -> None:
         self.db.close()
@@ -111,7 +103,7 @@ class RunTable:
         run.started_at = run.updated_at = time.time()
         row = self._row(run)
         marks = ", ".join("?" for _ in row)
-        self.db.execute(
+        self.db.run(
             f"INSERT INTO train_runs ({', '.join(row)}) VALUES ({marks})", list(row.values())
         )
 
@@ -122,24 +114,20 @@ class RunTable:
         row = self._row(run)
         del row["run_id"]
         sets = ", ".join(f"{name} = ?" for name in row)
-        self.db.execute(
-            f"UPDATE train_runs SET {sets} WHERE run_id = ?", [*row.values(), run.run_id]
-        )
+        self.db.run(f"UPDATE train_runs SET {sets} WHERE run_id = ?", [*row.values(), run.run_id])
 
     def get(self, run_id: str) -> TrainRun:
-        cursor = self.db.execute("SELECT * FROM train_runs WHERE run_id = ?", (run_id,))
-        row = cursor.fetchone()
-        if row is None:
-            raise NotFound(f"no training run {run_id!r} in {self.path}")
-        names = [d[0] for d in cursor.description]
-        values = dict(zip(names, row, strict=True))
+        rows = self.db.records("SELECT * FROM train_runs WHERE run_id = ?", (run_id,))
+        if not rows:
+            raise NotFound(f"no training run {run_id!r} in {self.db}")
+        values = rows[0]
         for name in _JSON:
             values[name] = json.loads(values[name])
         return TrainRun(**values)
 
     def event(self, run_id: str, what: str, **detail: Any) -> None:
-        self.db.execute(
-            "INSERT INTO train_events VALUES (?, ?, ?, ?)",
+        self.db.run(
+            "INSERT INTO train_events (run_id, at, kind, detail) VALUES (?, ?, ?, ?)",
             (run_id, time.time(), what, json.dumps(detail, default=str)),
         )
 
@@ -149,7 +137,7 @@ class RunTable:
         if kind:
             query += " AND kind = ?"
             args.append(kind)
-        rows = self.db.execute(query + " ORDER BY at, rowid", args)
+        rows = self.db.rows(query + " ORDER BY at", args)
         return [Event(at, k, json.loads(detail)) for at, k, detail in rows]
 
     @staticmethod
