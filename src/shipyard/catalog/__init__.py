@@ -10,7 +10,7 @@ from shipyard.catalog.base import (
 )
 from shipyard.catalog.postgres import PostgresCatalog
 from shipyard.catalog.sql import SQLCatalog
-from shipyard.catalog.sqlite import SQLiteCatalog, ensure_catalog_file
+from shipyard.catalog.sqlite import SQLiteCatalog
 from shipyard.db import parse_url
 
 
@@ -33,6 +33,5 @@ __all__ = [
     "RunStatus",
     "SQLCatalog",
     "SQLiteCatalog",
-    "ensure_catalog_file",
     "open_catalog",
 ]

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from shipyard.catalog.sql import SQLCatalog
 from shipyard.db import Database, DatabaseURL
-from shipyard.db.sqlitefile import ensure_file
 
 
 class SQLiteCatalog(SQLCatalog):
@@ -17,10 +16,3 @@ class SQLiteCatalog(SQLCatalog):
         self.path = Path(path).expanduser()
         super().__init__(Database(DatabaseURL("sqlite", str(self.path)), label="catalog"))
 
-
-def ensure_catalog_file(path: Path) -> None:
-    """Make a fresh catalog file at `path` if nothing is there; refuse an empty file.
-
-    Kept for the scheduler and trainer stores until they open the shared `shipyard.db`.
-    """
-    ensure_file(path, "catalog")
