@@ -283,6 +283,8 @@ def main() -> None:
                 "unit": "s",
                 "p95": ours["p95"],
                 "success_rate": ours["success_rate"],
+                "cold_launches": ours["cold_launches"],  # kills whose restart found no warm spare
+                "p95_warm_launches": ours["p95_warm_launches"],
                 "kills": args.kills,
                 "gap_s": args.gap,
                 "spare_sets": args.spares,
