@@ -107,7 +107,7 @@ class Job:
 
     async def _run(self) -> None:
         try:
-            await self._in_thread(self._copy, [])  # files with nothing to wait for
+            await self._in_thread(self._copy, [])  # make every file; finish those with no piece
             while self._waiting:
                 if self.holding.store_error:
                     raise StorageError(f"the daemon's store failed: {self.holding.store_error}")
