@@ -3,12 +3,19 @@ PostgreSQL server (the `db_url` fixture)."""
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from shipyard.db import Database, version
 from shipyard.errors import InvalidInput, NotFound
 from shipyard.train.state import TRAIN, RunTable, TrainRun
+from shipyard.workspace import Workspace
+
+from .conftest import make_config, train
+
+if TYPE_CHECKING:
+    from shipyard.db.cluster import Cluster
 
 
 @pytest.fixture
@@ -108,3 +115,25 @@ def test_a_catalog_file_from_before_versioning_keeps_its_runs(tmp_path: Path) ->
     assert (table.get("old").state, table.get("old").updated_at) == ("succeeded", 2.5)
     assert [e.detail for e in table.events("old")] == [{"state": "succeeded"}]
     assert version(old, TRAIN) == 1
+
+
+def test_a_run_keeps_all_its_state_on_postgresql(
+    pg_cluster: "Cluster", token_data: Path, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Controller, ranks and catalog on one PostgreSQL database, nothing in a SQLite file."""
+    monkeypatch.setenv("SHIPYARD_DB", pg_cluster.create_database())
+    run_id, state = train(make_config(token_data, train={"steps": 10, "checkpoint_every": 5}))
+    assert state == "succeeded"
+    table = RunTable()
+    try:
+        run = table.get(run_id)
+        assert (run.step, run.checkpoint_step) == (10, 10) and run.model_id
+        assert [e.detail["state"] for e in table.events(run_id, "state")][-1] == "succeeded"
+    finally:
+        table.close()
+    ws = Workspace.open()
+    try:
+        assert ws.catalog.get_artifact(run.model_id) is not None
+    finally:
+        ws.close()
+    assert not (home / "catalog.db").exists()
