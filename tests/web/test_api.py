@@ -172,3 +172,32 @@ def test_search_pages_newest_first_and_reads_the_query_literally(
     page = client.get("/artifacts", params={"kind": "extra"}).text
     assert 'id="next"' in page and "offset=200" in page
     assert 'id="next"' not in client.get("/artifacts", params={"kind": "extra", "offset": 200}).text
+
+
+def test_an_oversized_declared_body_is_refused_before_it_is_read(console: Console) -> None:
+    import socket
+    import threading
+    import time
+
+    import uvicorn
+
+    from shipyard.web import create_app
+
+    config = uvicorn.Config(create_app(console), host="127.0.0.1", port=0, log_level="warning")
+    server = uvicorn.Server(config)
+    threading.Thread(target=server.run, daemon=True).start()
+    deadline = time.monotonic() + 30
+    while not (server.started and server.servers):
+        assert time.monotonic() < deadline, "console did not start"
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+            headers = {**auth(console), "Host": "127.0.0.1", "Content-Length": str(2 << 20)}
+            head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            sock.sendall(f"PUT /api/aliases/x HTTP/1.1\r\n{head}\r\n".encode())  # no body sent
+            reply = sock.recv(65536).decode()
+        assert reply.startswith("HTTP/1.1 413"), reply[:200]
+        assert "limit" in reply
+    finally:
+        server.should_exit = True

@@ -39,7 +39,12 @@ def guard_middleware(guard: Guard) -> Callable[[Request, Next], Awaitable[Respon
         try:
             guard.check(method, headers)
             if method in MUTATIONS:
-                raw = await _bounded_body(request, guard.max_body)
+                raw = b""
+                declared = headers.get("content-length", "")
+                # Read only a body the guard would take: one declared too long, or not at all,
+                # is refused from its headers, without waiting for bytes that may never come.
+                if declared.isdigit() and int(declared) <= guard.max_body:
+                    raw = await _bounded_body(request, guard.max_body)
                 request.state.body = guard.read_json(headers, lambda n: raw[:n])
             response = await call_next(request)
         except Refused as exc:
