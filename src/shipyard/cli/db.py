@@ -2,14 +2,19 @@
 
 import argparse
 
-from shipyard.catalog.schema import CATALOG
 from shipyard.db import Schema, open_database, upgrade, version
-from shipyard.queue.schema import QUEUE
-from shipyard.scheduler.store import SCHEDULER
-from shipyard.train.state import TRAIN
 
-# Every subsystem's tables in the shared database, in the order they are upgraded.
-SCHEMAS: tuple[Schema, ...] = (CATALOG, QUEUE, SCHEDULER, TRAIN)
+
+def schemas() -> tuple[Schema, ...]:
+    """Every subsystem's tables in the shared database, in the order they are upgraded.
+
+    Imported when a db command runs: building the parser must not load the trainer's package."""
+    from shipyard.catalog.schema import CATALOG
+    from shipyard.queue.schema import QUEUE
+    from shipyard.scheduler.store import SCHEDULER
+    from shipyard.train.state import TRAIN
+
+    return (CATALOG, QUEUE, SCHEDULER, TRAIN)
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -23,7 +28,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 def _upgrade(args: argparse.Namespace) -> int:
     db = open_database()
-    for subsystem, before, now in upgrade(db, SCHEMAS):
+    for subsystem, before, now in upgrade(db, schemas()):
         change = f"{before} → {now}" if before != now else f"{now} (up to date)"
         print(f"{subsystem}: {change}")
     print(f"database: {db.url.shown}")
@@ -32,7 +37,7 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     db = open_database()
-    for schema in SCHEMAS:
+    for schema in schemas():
         found = version(db, schema)
         note = "" if found == schema.latest else f"  (this Shipyard: {schema.latest})"
         print(f"{schema.subsystem}: {found}{note}")
