@@ -14,7 +14,7 @@ import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from shipyard.data.words import words
+from shipyard.data.words import word_lists
 
 U64 = npt.NDArray[np.uint64]
 U32 = npt.NDArray[np.uint32]
@@ -43,14 +43,17 @@ def splitmix64(x: U64) -> U64:
 def _word_ids(texts: list[str]) -> tuple[U64, I64]:
     """Every word's 64-bit id, concatenated over `texts`, and each text's word count.
 
-    Words are `shipyard.data.words.words`; the distinct words are found by Arrow and hashed as
-    one array (`string_hashes`), so no Python code runs per word after splitting.
+    The words of `shipyard.data.words.words`, split by Arrow's C++ kernels (`word_lists`);
+    the distinct words are hashed as one array (`string_hashes`), so no Python code runs per
+    word.
     """
-    lists = [words(text) for text in texts]
-    lengths = np.fromiter((len(w) for w in lists), np.int64, len(lists))
-    flat = pa.array([w for ws in lists for w in ws], pa.large_string())
+    lists = word_lists(texts)
+    flat = lists.flatten()
+    nonempty = pc.greater(pc.utf8_length(flat), 0)
+    parents = np.asarray(lists.value_parent_indices().filter(nonempty).to_numpy())
+    lengths = np.bincount(parents, minlength=len(texts)).astype(np.int64)
     # Hash each distinct word once: a batch repeats its vocabulary many times over.
-    encoded = pc.dictionary_encode(flat)
+    encoded = pc.dictionary_encode(flat.filter(nonempty))
     indices = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
     return string_hashes(encoded.dictionary)[indices], lengths
 
