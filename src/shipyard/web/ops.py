@@ -14,7 +14,11 @@ def scheduler(scheduler_url: str) -> dict[str, Any]:
     running service when it answers (`status` is null otherwise, with the reason)."""
     from shipyard.scheduler.store import JobStore
 
-    jobs = JobStore().list()
+    store = JobStore()
+    try:
+        jobs = store.list()
+    finally:
+        store.close()
     teams: dict[str, Counter[str]] = {}
     for job in jobs:
         teams.setdefault(str(job["spec"].get("team", "?")), Counter())[job["state"]] += 1
@@ -37,7 +41,11 @@ def cancel_job(job_id: str) -> dict[str, Any]:
     """Cancel a job in the store the service reads (a running one is stopped on its next pass)."""
     from shipyard.scheduler.store import JobStore
 
-    return {"id": job_id, "state": JobStore().cancel(job_id)}
+    store = JobStore()
+    try:
+        return {"id": job_id, "state": store.cancel(job_id)}
+    finally:
+        store.close()
 
 
 def queues() -> dict[str, Any]:
