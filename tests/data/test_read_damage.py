@@ -146,7 +146,7 @@ def damaged_files(draw: st.DrawFn) -> tuple[bytes, list[str], bool]:
             at = draw(st.integers(0, len(chunk) - 1))
             chunk[at] ^= draw(st.integers(1, 255))
         elif kind == "splice":  # a piece of another record inside this one
-            other = chunks[draw(st.integers(0, count - 1))]
+            other = chunks[draw(st.integers(0, count - 1))] or b"WARC/1.0\r\n"
             lo = draw(st.integers(0, len(other) - 1))
             at = draw(st.integers(0, len(chunk)))
             chunk[at:at] = other[lo : lo + draw(st.integers(1, 200))]
@@ -183,6 +183,15 @@ def test_damage_never_escapes_and_intact_records_after_it_are_read(
         return
     assert set(intact_urls) <= set(batch["url"])
     assert_adds_up(quarantine, len(batch["url"]))
+
+
+def test_a_length_in_other_digits_is_damage_not_a_crash(tmp_path: Path) -> None:
+    records = [record_bytes(p) for p in PAGES[:3]]
+    records[1] = records[1].replace(b"Content-Length: ", b"Content-Length: \xc2\xb2", 1)  # "²"
+    records[2] = records[2].replace(b"HTTP/1.1 200", "HTTP/1.1 ²0".encode(), 1)  # same length
+    urls, quarantine = read(write(tmp_path, "digits.warc", records))
+    assert urls == [PAGES[0].url, PAGES[2].url]
+    assert len(unreadable(quarantine)) == 1
 
 
 def test_random_bytes_are_unreadable_not_an_error(tmp_path: Path) -> None:

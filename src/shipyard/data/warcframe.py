@@ -316,4 +316,5 @@ def _header(data: bytearray | bytes, pos: int) -> tuple[dict[str, str] | None, i
 
 def _length(headers: dict[str, str]) -> int | None:
     value = headers.get("content-length", "")
-    return int(value) if value.isdigit() and len(value) < 19 else None
+    # isascii: str.isdigit accepts "²", which int() refuses
+    return int(value) if value.isascii() and value.isdigit() and len(value) < 19 else None

@@ -94,7 +94,8 @@ def _http(record: Record) -> tuple[int | None, str, bytes]:
         end, sep = len(block), 0
     lines = block[:end].decode("latin-1").splitlines()
     parts = lines[0].split(" ", 2)
-    status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+    code = parts[1] if len(parts) > 1 else ""
+    status = int(code) if code.isascii() and code.isdigit() and len(code) < 6 else None
     content_type = "text/html"
     for line in lines[1:]:
         name, _, value = line.partition(":")
