@@ -11,6 +11,7 @@ the header, and are checked against the same SHA-256.
 import contextlib
 import hashlib
 import json
+import os
 import time
 import zlib
 from pathlib import Path
@@ -27,7 +28,7 @@ from shipyard.checkpoint.manifest import (
 )
 from shipyard.checkpoint.plan import Piece
 from shipyard.checkpoint.safetensors_io import header_prefix, read_shard
-from shipyard.durable import write_atomic
+from shipyard.durable import fsync_dir, temp_path, write_atomic
 from shipyard.errors import IntegrityError
 
 HEADER = "(header)"  # the piece named when the bytes before the data are damaged
@@ -109,8 +110,20 @@ def check_stored(checkpoint: Committed, shard: ShardRecord, data: bytes, source:
 
 
 def mark_corrupt(directory: Path, error: CorruptCheckpoint) -> None:
+    """Mark once: the first rank to find the damage writes the record, later ones keep it (a
+    hard link of a complete temp file: never half-written, never overwritten)."""
+    final = directory / CORRUPT
+    if final.exists():
+        return
     record = {**error.record(), "marked_at": time.time()}
-    write_atomic(directory / CORRUPT, json.dumps(record).encode())
+    tmp = temp_path(final)
+    try:
+        write_atomic(tmp, json.dumps(record).encode(), sync_dir=False)
+        with contextlib.suppress(FileExistsError):  # another rank marked it meanwhile
+            os.link(tmp, final)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(directory)
 
 
 def corrupt_marks(root: Path) -> list[dict[str, Any]]:
