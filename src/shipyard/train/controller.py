@@ -18,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from shipyard.checkpoint import corrupt_marks, latest_committed
+from shipyard.train import forked
 from shipyard.train.attempt import Attempt
 from shipyard.train.chaos import Chaos
 from shipyard.train.config import TrainConfig
@@ -62,7 +63,8 @@ class Controller:
         self.receiver = Receiver(self.run.heartbeat_port if attach else 0)
         # Sets of spares: one is warm while another warms up after a restart; more when
         # failures come faster than a spare warms up (seconds, on a busy host).
-        self.pool = SparePool(c.spares * world, self.run_dir / "logs")
+        fork = c.spares > 0 and forked.available()  # spares = 0: cold starts, as configured
+        self.pool = SparePool(c.spares * world, self.run_dir / "logs", fork=fork)
         self.metrics = MetricsServer(self._samples, c.metrics_port) if c.metrics_port >= 0 else None
         self.steps = StepLog(self.run_dir / "steps.csv")
         self._saved_at = 0.0
@@ -337,6 +339,8 @@ class Controller:
         )
         warm = self.pool.warm()
         ranks = launch(self.pool, job)
+        if self.pool.fork:  # a fork costs milliseconds: replace what was taken before it is needed
+            self.pool.fill()
         self.attempt = Attempt(self.run.attempt, ranks)
         self.run.rank_pids = [r.ident.to_record() for r in ranks]
         self.hang.reset(time.time())

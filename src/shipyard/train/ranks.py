@@ -15,6 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from shipyard.train.forked import ForkedSpare
 from shipyard.train.procid import ProcessId
 from shipyard.train.worker import Assignment
 
@@ -32,9 +33,16 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def spawn_worker(log_dir: Path) -> subprocess.Popen[bytes]:
+Spare = subprocess.Popen[bytes] | ForkedSpare
+
+
+def log_path(log_dir: Path) -> Path:
     log_dir.mkdir(parents=True, exist_ok=True)
-    log = log_dir / f"worker-{os.getpid()}-{next(_counter)}.log"
+    return log_dir / f"worker-{os.getpid()}-{next(_counter)}.log"
+
+
+def spawn_worker(log_dir: Path) -> subprocess.Popen[bytes]:
+    log = log_path(log_dir)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", WARM_DIR: str(log_dir)}
     with open(log, "ab") as out:
         return subprocess.Popen(
@@ -54,7 +62,7 @@ class RankProcess:
     that got the pid after the rank exited.
     """
 
-    def __init__(self, ident: ProcessId, proc: subprocess.Popen[bytes] | None = None) -> None:
+    def __init__(self, ident: ProcessId, proc: Spare | None = None) -> None:
         self.ident = ident
         self.proc = proc
 
@@ -78,17 +86,26 @@ class RankProcess:
 
 
 class SparePool:
-    """`size` warm worker processes, refilled as they are taken."""
+    """`size` warm worker processes, refilled as they are taken.
 
-    def __init__(self, size: int, log_dir: Path) -> None:
-        self.size, self.log_dir = size, log_dir
-        self._ready: list[subprocess.Popen[bytes]] = []
+    With `fork`, spares are forks of one warm server (`forked`): warm at once, so the pool can
+    be refilled at each restart itself. Otherwise each is a new interpreter (`spawn_worker`).
+    """
+
+    def __init__(self, size: int, log_dir: Path, fork: bool = False) -> None:
+        self.size, self.log_dir, self.fork = size, log_dir, fork
+        self._ready: list[Spare] = []
         self.fill()
+
+    def _spawn(self) -> Spare:
+        if self.fork:
+            return ForkedSpare(log_path(self.log_dir), self.log_dir)
+        return spawn_worker(self.log_dir)
 
     def fill(self) -> None:
         self._ready = [p for p in self._ready if p.poll() is None]
         while len(self._ready) < self.size:
-            self._ready.append(spawn_worker(self.log_dir))
+            self._ready.append(self._spawn())
 
     def warm(self) -> int:
         """How many spares are warm now (a launch beyond that waits for a warm-up)."""
@@ -103,11 +120,11 @@ class SparePool:
             p.poll() is None and not warm_marker(self.log_dir, p.pid).exists() for p in self._ready
         )
 
-    def take(self) -> subprocess.Popen[bytes]:
+    def take(self) -> Spare:
         """A warm spare (else the oldest one, else a fresh worker process)."""
         self._ready = [p for p in self._ready if p.poll() is None]
         if not self._ready:
-            return spawn_worker(self.log_dir)
+            return self._spawn()
         warm = [p for p in self._ready if warm_marker(self.log_dir, p.pid).exists()]
         chosen = (warm or self._ready)[0]
         self._ready.remove(chosen)
@@ -120,12 +137,16 @@ class SparePool:
         self._ready = []
 
 
-def assign(proc: subprocess.Popen[bytes], job: Assignment) -> RankProcess:
-    assert proc.stdin is not None
-    proc.stdin.write((job.to_json() + "\n").encode())
-    proc.stdin.flush()
-    proc.stdin.close()
-    return RankProcess(ProcessId.of(proc.pid), proc)  # read before the child can be reaped
+def assign(proc: Spare, job: Assignment) -> RankProcess:
+    ident = ProcessId.of(proc.pid)  # read before the process can exit and be reaped
+    if isinstance(proc, ForkedSpare):
+        proc.assign(job.to_json())
+    else:
+        assert proc.stdin is not None
+        proc.stdin.write((job.to_json() + "\n").encode())
+        proc.stdin.flush()
+        proc.stdin.close()
+    return RankProcess(ident, proc)
 
 
 def launch(pool: SparePool, job: Assignment) -> list[RankProcess]:

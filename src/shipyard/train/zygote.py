@@ -1,0 +1,10 @@
+"""Imported only by the spares' fork server (`forked`): it pays a rank's start-up once — torch,
+dynamo, a first forward and backward — and every spare forked from it starts warm."""
+
+import os
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")  # before torch: no OpenMP threads to fork over
+
+from shipyard.train.worker import warm_up  # after the thread setting above
+
+warm_up()
