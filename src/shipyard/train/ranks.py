@@ -1,9 +1,10 @@
 """Rank processes: warm spares, assignment, liveness and signals, for children and adopted pids.
 
-A spare is `python -m shipyard.train.worker` started ahead of time: it imports torch and the
-trainer, then waits for its assignment on stdin, so a restart skips the interpreter and import
-cost. A controller that re-attaches after its own restart adopts the ranks by pid and start time
-(`procid`); it cannot read their exit codes, so it relies on their `done` beats and on /proc.
+A spare is a rank process started ahead of time, torch imported and warm, waiting for its
+assignment, so a restart skips the interpreter and import cost: a fork of one warm server
+(`forked`), or `python -m shipyard.train.worker` reading stdin (cold starts). A controller that re-
+attaches after its own restart adopts the ranks by pid and start time (`procid`); it cannot read
+their exit codes, so it relies on their `done` beats and on /proc.
 """
 
 import dataclasses
