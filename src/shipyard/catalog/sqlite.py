@@ -15,4 +15,3 @@ class SQLiteCatalog(SQLCatalog):
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path).expanduser()
         super().__init__(Database(DatabaseURL("sqlite", str(self.path)), label="catalog"))
-
