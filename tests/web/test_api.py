@@ -1,6 +1,7 @@
 """The JSON API over a real catalog: reads, lineage depth, and the guarded alias move."""
 
 import json
+import socket
 from pathlib import Path
 
 from fastapi.testclient import TestClient
@@ -174,8 +175,33 @@ def test_search_pages_newest_first_and_reads_the_query_literally(
     assert 'id="next"' not in client.get("/artifacts", params={"kind": "extra", "offset": 200}).text
 
 
+def _read_reply(sock: socket.socket) -> str:
+    """One whole HTTP reply: its head, then as many body bytes as its Content-Length says (the
+    two may arrive in separate packets)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return data.decode()
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        (
+            int(line.split(b":", 1)[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        ),
+        0,
+    )
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return (head + b"\r\n\r\n" + body).decode()
+
+
 def test_an_oversized_declared_body_is_refused_before_it_is_read(console: Console) -> None:
-    import socket
     import threading
     import time
 
@@ -196,7 +222,7 @@ def test_an_oversized_declared_body_is_refused_before_it_is_read(console: Consol
             headers = {**auth(console), "Host": "127.0.0.1", "Content-Length": str(2 << 20)}
             head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
             sock.sendall(f"PUT /api/aliases/x HTTP/1.1\r\n{head}\r\n".encode())  # no body sent
-            reply = sock.recv(65536).decode()
+            reply = _read_reply(sock)
         assert reply.startswith("HTTP/1.1 413"), reply[:200]
         assert "limit" in reply
     finally:
