@@ -3,6 +3,7 @@
 Generated from `spacy.blank("en").tokenizer`: its prefix, suffix and infix patterns, its URL
 pattern and its special cases. `shipyard.data.words` applies them as spaCy's tokenizer does,
 so the filters split words as datatrove's reference filters do, without spaCy installed.
+spaCy's copyright notice and licence travel with this data in `licenses/spaCy-MIT.txt`.
 """
 
 # ruff: noqa: E501
