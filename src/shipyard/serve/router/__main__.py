@@ -1,0 +1,67 @@
+"""`python -m shipyard.serve.router`: run the router; prints `listening http://HOST:PORT`."""
+
+import argparse
+import socket
+import sys
+
+import uvicorn
+
+from shipyard.errors import InvalidInput, ShipyardError, StorageError
+from shipyard.home import shipyard_home
+from shipyard.httpguard import Guard, is_loopback, token_path
+from shipyard.serve.router.app import SERVICE, RouterConfig, create_app, wrap
+from shipyard.serve.router.policy import POLICIES
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m shipyard.serve.router", description=__doc__)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host")
+    parser.add_argument("--policy", default="prefix", choices=POLICIES)
+    parser.add_argument("--epsilon", type=float, default=0.25, help="bounded-load slack")
+    parser.add_argument("--prefix-chars", type=int, default=RouterConfig.prefix_chars)
+    parser.add_argument("--health-interval", type=float, default=RouterConfig.health_interval_s)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        config = RouterConfig(args.policy, args.epsilon, args.prefix_chars, args.health_interval)
+        if not is_loopback(args.host) and not args.allow_remote:
+            raise InvalidInput(
+                f"--host {args.host} is reachable from other machines; add --allow-remote"
+            )
+        guard = Guard.start(SERVICE, shipyard_home(), args.host)
+        sock = _listen(args.host, args.port)
+    except ShipyardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    port = sock.getsockname()[1]
+    shown = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"listening http://{shown}:{port}", flush=True)
+    print(f"admin token in {token_path(SERVICE, shipyard_home())}", file=sys.stderr, flush=True)
+    app = wrap(create_app(config, guard), guard)
+    server = uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30)
+    )
+    server.run(sockets=[sock])
+    return 0
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        raise StorageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Routing policies: given the replicas a request may go to, pick one (filter → score → pick).
+
+The caller filters (healthy replicas of the chosen version that serve the requested model or
+adapter); a policy scores and picks among them:
+
+- `prefix` (Shipyard's): a request's session sticks to the replica that served it last, unless
+  that replica is over the load cap; otherwise the request goes to the owner of its prefix hash
+  on the version's consistent-hash ring, preferring replicas whose /health lists the adapter as
+  resident, and walking the ring past replicas at the bounded-load cap
+  `ceil((1 + epsilon) * (in_flight + 1) / replicas)`.
+- `round_robin` and `least_loaded`: the baselines, behind the same interface. Least-loaded
+  breaks ties by rotation, never at random (identical scores must not scatter a prefix, Dynamo
+  #3581, nor pile onto the first replica).
+"""
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from shipyard.errors import InvalidInput
+from shipyard.serve.router.ring import Ring, load_cap
+
+POLICIES = ("prefix", "round_robin", "least_loaded")
+MAX_SESSIONS = 65536
+
+
+class Load(Protocol):
+    """What a policy sees of a replica."""
+
+    @property
+    def in_flight(self) -> int: ...
+
+    @property
+    def adapters_loaded(self) -> frozenset[str]: ...
+
+
+@dataclass(frozen=True)
+class Route:
+    """What a policy is asked to place: the ring key, and what affinity applies."""
+
+    pool: str  # deployment/version: sessions and rotations are kept per pool
+    key: bytes
+    adapter: str | None = None
+    session: str | None = None
+
+
+@dataclass(frozen=True)
+class Choice:
+    name: str
+    outcome: str  # owner | spilled | session | adapter | round_robin | least_loaded
+
+
+class Policy(Protocol):
+    name: str
+
+    def choose(self, ring: Ring, eligible: Mapping[str, Load], route: Route) -> Choice | None:
+        """One of `eligible` (None when it is empty)."""
+        ...
+
+
+class PrefixPolicy:
+    name = "prefix"
+
+    def __init__(self, epsilon: float) -> None:
+        self.epsilon = epsilon
+        self._sessions: OrderedDict[tuple[str, str], str] = OrderedDict()
+
+    def choose(self, ring: Ring, eligible: Mapping[str, Load], route: Route) -> Choice | None:
+        if not eligible:
+            return None
+        total = sum(r.in_flight for r in eligible.values())
+        cap = load_cap(total, len(eligible), self.epsilon)
+        choice = self._sticky(eligible, route, cap) or self._hashed(ring, eligible, route, cap)
+        if route.session is not None:
+            self._sessions[(route.pool, route.session)] = choice.name
+            self._sessions.move_to_end((route.pool, route.session))
+            while len(self._sessions) > MAX_SESSIONS:
+                self._sessions.popitem(last=False)
+        return choice
+
+    def _sticky(self, eligible: Mapping[str, Load], route: Route, cap: int) -> Choice | None:
+        if route.session is None:
+            return None
+        name = self._sessions.get((route.pool, route.session))
+        if name is not None and name in eligible and eligible[name].in_flight < cap:
+            return Choice(name, "session")
+        return None
+
+    def _hashed(self, ring: Ring, eligible: Mapping[str, Load], route: Route, cap: int) -> Choice:
+        def load(name: str) -> int:
+            return eligible[name].in_flight
+
+        if route.adapter is not None:
+            adapter = route.adapter
+            placed = ring.place(
+                route.key,
+                load,
+                cap,
+                lambda n: n in eligible and adapter in eligible[n].adapters_loaded,
+            )
+            if placed is not None:
+                return Choice(placed[0], "owner" if placed[1] == 0 else "adapter")
+        placed = ring.place(route.key, load, cap, lambda n: n in eligible)
+        # Some eligible replica is at or below the mean load, hence under the cap.
+        assert placed is not None, "bounded load: every eligible replica is over the cap"
+        return Choice(placed[0], "owner" if placed[1] == 0 else "spilled")
+
+
+class RoundRobinPolicy:
+    name = "round_robin"
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+
+    def choose(self, ring: Ring, eligible: Mapping[str, Load], route: Route) -> Choice | None:
+        if not eligible:
+            return None
+        names = sorted(eligible)
+        turn = self._next.get(route.pool, 0)
+        self._next[route.pool] = turn + 1
+        return Choice(names[turn % len(names)], self.name)
+
+
+class LeastLoadedPolicy:
+    name = "least_loaded"
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+
+    def choose(self, ring: Ring, eligible: Mapping[str, Load], route: Route) -> Choice | None:
+        if not eligible:
+            return None
+        names = sorted(eligible)
+        turn = self._next.get(route.pool, 0)
+        self._next[route.pool] = turn + 1
+        # Among the least loaded, the first at or after this request's turn in the rotation.
+        best = min(
+            range(len(names)),
+            key=lambda i: (eligible[names[i]].in_flight, (i - turn) % len(names)),
+        )
+        return Choice(names[best], self.name)
+
+
+def make_policy(name: str, epsilon: float) -> Policy:
+    """The policy called `name`; InvalidInput names the allowed values."""
+    if not epsilon >= 0:
+        raise InvalidInput(f"epsilon: expected a number >= 0, got {epsilon}")
+    if name == "prefix":
+        return PrefixPolicy(epsilon)
+    if name == "round_robin":
+        return RoundRobinPolicy()
+    if name == "least_loaded":
+        return LeastLoadedPolicy()
+    raise InvalidInput(f"policy: expected one of {', '.join(POLICIES)}, got {name!r}")

@@ -1,0 +1,350 @@
+"""Forward one inference request: split, pick, send, retry before streaming, relay, count.
+
+A replica that fails before the router has forwarded any byte of its answer (connection refused
+or reset, a 502/503/504, a stream that breaks before its first chunk, an unstreamed answer cut
+short) costs nothing but time: the request goes to another replica of the same version, each
+replica tried at most once. Once bytes have reached the client, a failure ends the stream with
+one SSE error event, `data: {"error": {"type": "replica_failed", ...}}`, and no `[DONE]`.
+"""
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+from fastapi import Response
+from fastapi.responses import StreamingResponse
+
+from shipyard.serve.router.metrics import RouterMetrics
+from shipyard.serve.router.mirror import StreamText, answer_text
+from shipyard.serve.router.request import InferenceRequest
+from shipyard.serve.router.spec import VersionSpec
+from shipyard.serve.router.stats import MirrorRecord
+from shipyard.serve.router.table import Deployment, ReplicaState, Table, Unavailable
+
+RETRY_STATUS = frozenset({502, 503, 504})
+PASS_HEADERS = ("x-shipyard-tier", "authorization")
+MAX_ERROR_BODY = 64 << 10
+MIRROR_WAIT_S = 600.0
+
+
+@dataclass
+class Opened:
+    """A 200 answer whose first chunk has arrived: from here on the client sees bytes."""
+
+    upstream: httpx.Response
+    first: bytes
+    rest: AsyncIterator[bytes]
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A replica's 502/503/504: tried elsewhere, and passed on if no replica does better."""
+
+    why: str
+    status: int
+    body: bytes
+    headers: dict[str, str]
+
+
+@dataclass
+class Forwarder:
+    table: Table
+    client: httpx.AsyncClient
+    metrics: RouterMetrics
+    _tasks: set["asyncio.Task[None]"] = field(default_factory=set)
+
+    async def handle(
+        self, path: str, request: InferenceRequest, rid: str, headers: Mapping[str, str]
+    ) -> Response:
+        start = time.perf_counter()
+        deployment, adapter = self.table.resolve(request.model)
+        version = self.table.version_for(deployment, rid, adapter)
+        shadow = self.table.mirror_for(deployment, rid, version.version, adapter)
+        primary: asyncio.Future[tuple[int, str]] = asyncio.get_running_loop().create_future()
+        if shadow is not None:
+            task = asyncio.create_task(
+                self._mirror(
+                    deployment, version.version, shadow, path, request, rid, adapter, primary
+                )
+            )
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        sent = {"content-type": "application/json", "x-request-id": rid}
+        sent |= {k: v for k, v in headers.items() if k in PASS_HEADERS}
+        try:
+            response = await self._route(
+                deployment, version, path, request, rid, adapter, sent, start, primary
+            )
+        finally:
+            if not primary.done() and not request.stream:
+                primary.set_result((0, ""))
+        return response
+
+    async def _route(
+        self,
+        deployment: Deployment,
+        version: VersionSpec,
+        path: str,
+        request: InferenceRequest,
+        rid: str,
+        adapter: str | None,
+        sent: dict[str, str],
+        start: float,
+        primary: "asyncio.Future[tuple[int, str]]",
+    ) -> Response:
+        stats = deployment.stats.version(version.version)
+        tried: set[str] = set()
+        failures: list[str] = []
+        refusal: Refusal | None = None
+        while True:
+            try:
+                state, choice = self.table.pick(
+                    deployment, version.version, request, adapter, frozenset(tried)
+                )
+            except Unavailable as exc:
+                stats.record(None, error=True)
+                if not primary.done():
+                    primary.set_result((503, ""))
+                self._count(deployment, version, refusal.status if refusal else 503)
+                if refusal is not None:  # e.g. a scaled-to-zero stand-in's 503 + Retry-After
+                    return Response(refusal.body, refusal.status, refusal.headers)
+                reasons = "; ".join(failures) if failures else str(exc)
+                raise Unavailable(
+                    f"deployment {deployment.name!r} version {version.version!r}: "
+                    f"no replica answered ({reasons[:800]})"
+                ) from None
+            if tried:
+                stats.retries += 1
+                self.metrics.retries.labels(deployment.name).inc()
+            else:
+                self.metrics.routes.labels(deployment.name, choice.outcome).inc()
+            tried.add(state.name)
+            state.in_flight += 1
+            released = False
+            try:
+                body = _body_for(request, state, adapter)
+                opened = await self._open(state, path, body, sent)
+                if isinstance(opened, Refusal):
+                    refusal = opened
+                if not isinstance(opened, Opened):
+                    failures.append(opened if isinstance(opened, str) else opened.why)
+                    continue
+                ttft = time.perf_counter() - start
+                reply = {
+                    "x-request-id": rid,
+                    "x-shipyard-version": version.version,
+                    "x-shipyard-replica": opened.upstream.headers.get(
+                        "x-shipyard-replica", state.name
+                    ),
+                }
+                status = opened.upstream.status_code
+                if status == 200 and request.stream:
+                    self.metrics.ttft.labels(deployment.name, version.version).observe(ttft)
+                    released = True  # the relay releases the replica when the stream ends
+                    relay = Relay(self, deployment, version, state, opened, ttft, primary)
+                    return RelayResponse(
+                        relay,
+                        headers=reply,
+                        media_type=opened.upstream.headers.get("content-type", "text/event-stream"),
+                    )
+                try:
+                    whole = opened.first + b"".join([c async for c in opened.rest])
+                except httpx.HTTPError as exc:
+                    failures.append(self._failed(state, exc, "while answering"))
+                    continue
+                finally:
+                    await opened.upstream.aclose()
+                if status == 200:
+                    self.metrics.ttft.labels(deployment.name, version.version).observe(ttft)
+                stats.record(ttft if status == 200 else None, error=status >= 500)
+                self._count(deployment, version, status)
+                if not primary.done():
+                    primary.set_result((status, answer_text(whole) if status == 200 else ""))
+                return Response(
+                    whole[: MAX_ERROR_BODY if status != 200 else None],
+                    status_code=status,
+                    headers=reply,
+                    media_type=opened.upstream.headers.get("content-type", "application/json"),
+                )
+            finally:
+                if not released:
+                    state.in_flight -= 1
+
+    async def _open(
+        self, state: ReplicaState, path: str, body: bytes, sent: dict[str, str]
+    ) -> Opened | Refusal | str:
+        """The replica's answer up to its first chunk, or why it failed before any byte."""
+        outgoing = self.client.build_request("POST", state.url + path, content=body, headers=sent)
+        try:
+            upstream = await self.client.send(outgoing, stream=True)
+        except httpx.HTTPError as exc:
+            return self._failed(state, exc, "before answering")
+        if upstream.status_code in RETRY_STATUS:
+            body = b""
+            try:
+                async for chunk in upstream.aiter_raw():
+                    body += chunk
+                    if len(body) > MAX_ERROR_BODY:
+                        break
+            except httpx.HTTPError:
+                pass  # the status says enough
+            finally:
+                await upstream.aclose()
+            kept = {
+                k: v for k, v in upstream.headers.items() if k in ("retry-after", "content-type")
+            }
+            why = f"{state.name}: answered {upstream.status_code}"
+            return Refusal(why, upstream.status_code, body[:MAX_ERROR_BODY], kept)
+        rest = upstream.aiter_raw()
+        try:
+            first = await anext(rest, b"")
+        except httpx.HTTPError as exc:
+            await upstream.aclose()
+            return self._failed(state, exc, "before its first byte")
+        return Opened(upstream, first, rest)
+
+    def _failed(self, state: ReplicaState, exc: httpx.HTTPError, when: str) -> str:
+        why = f"{state.name}: {type(exc).__name__} {when}"
+        if not isinstance(exc, httpx.TimeoutException):  # a dead replica, not a slow one
+            state.mark_down(why)
+        return why
+
+    async def _mirror(
+        self,
+        deployment: Deployment,
+        primary_version: str,
+        shadow: VersionSpec,
+        path: str,
+        request: InferenceRequest,
+        rid: str,
+        adapter: str | None,
+        primary: "asyncio.Future[tuple[int, str]]",
+    ) -> None:
+        """Send a copy to the shadow version; its answer is kept for the eval gate, not sent."""
+        start = time.perf_counter()
+        status, text, error = 0, "", ""
+        try:
+            state, _ = self.table.pick(deployment, shadow.version, request, adapter)
+            state.in_flight += 1
+            try:
+                reply = await self.client.post(
+                    state.url + path,
+                    content=_body_for(request, state, adapter, stream=False),
+                    headers={"content-type": "application/json", "x-request-id": rid},
+                )
+                status, text = reply.status_code, answer_text(reply.content)
+            finally:
+                state.in_flight -= 1
+        except (httpx.HTTPError, Unavailable) as exc:
+            error = f"{type(exc).__name__}: {exc}"[:300]
+        latency = time.perf_counter() - start
+        try:
+            primary_status, primary_text = await asyncio.wait_for(primary, MIRROR_WAIT_S)
+        except TimeoutError:
+            primary_status, primary_text = 0, ""
+        deployment.stats.mirrored.append(
+            MirrorRecord(
+                rid,
+                time.time(),
+                request.body,
+                primary_version,
+                primary_status,
+                primary_text,
+                shadow.version,
+                status,
+                text,
+                error,
+                latency,
+            )
+        )
+        self.metrics.mirrored.labels(deployment.name, shadow.version).inc()
+
+    def _count(self, deployment: Deployment, version: VersionSpec, status: int) -> None:
+        self.metrics.requests.labels(deployment.name, version.version, str(status)).inc()
+
+
+class Relay:
+    """One streamed answer on its way to the client; `finish` settles it exactly once."""
+
+    def __init__(
+        self,
+        forwarder: Forwarder,
+        deployment: Deployment,
+        version: VersionSpec,
+        state: ReplicaState,
+        opened: Opened,
+        ttft: float,
+        primary: "asyncio.Future[tuple[int, str]]",
+    ) -> None:
+        self.forwarder, self.deployment, self.version = forwarder, deployment, version
+        self.state, self.opened, self.ttft, self.primary = state, opened, ttft, primary
+        self.text = StreamText() if not primary.done() else None
+        self.error = False
+        self.finished = False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            if self.opened.first:
+                yield self._seen(self.opened.first)
+            async for chunk in self.opened.rest:
+                yield self._seen(chunk)
+        except httpx.HTTPError as exc:
+            self.error = True
+            why = self.forwarder._failed(self.state, exc, "mid-stream")
+            event = {
+                "error": {
+                    "type": "replica_failed",
+                    "message": f"replica {why}; the answer is incomplete",
+                    "replica": self.state.name,
+                }
+            }
+            yield f"data: {json.dumps(event)}\n\n".encode()
+        finally:
+            await self.finish()
+
+    def _seen(self, chunk: bytes) -> bytes:
+        if self.text is not None:
+            self.text.feed(chunk)
+        return chunk
+
+    async def finish(self) -> None:
+        if self.finished:
+            return
+        self.finished = True
+        self.state.in_flight -= 1
+        status = 599 if self.error else 200  # 599: failed after the 200 was sent
+        self.deployment.stats.version(self.version.version).record(self.ttft, error=self.error)
+        self.forwarder._count(self.deployment, self.version, status)
+        if not self.primary.done():
+            self.primary.set_result((status, self.text.text() if self.text else ""))
+        await self.opened.upstream.aclose()
+
+
+class RelayResponse(StreamingResponse):
+    """A streaming response that settles its relay even if the client leaves before the body."""
+
+    def __init__(self, relay: Relay, headers: dict[str, str], media_type: str) -> None:
+        super().__init__(relay.chunks(), status_code=200, headers=headers, media_type=media_type)
+        self.relay = relay
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await asyncio.shield(self.relay.finish())
+
+
+def _body_for(
+    request: InferenceRequest, state: ReplicaState, adapter: str | None, stream: bool | None = None
+) -> bytes:
+    """The body for `state`: a base request names the replica's served model."""
+    body: dict[str, Any] = dict(request.body)
+    if adapter is None and state.served_model:
+        body["model"] = state.served_model
+    if stream is not None:
+        body["stream"] = stream
+    return json.dumps(body).encode()
