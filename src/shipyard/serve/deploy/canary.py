@@ -1,0 +1,126 @@
+"""The canary's state machine: judge a stage from its metrics, then advance or roll back. Pure.
+
+A rollout walks `canary.stages` (percent of traffic on the candidate, e.g. 1, 5, 25, 100). Each
+stage before the last is held for `hold_s` and judged on the candidate's error rate, its TTFT
+against the SLO and the eval gate (candidate vs current on a fixed item set). A failed judgement
+rolls back at once; the last stage (100) is the promotion itself: the alias moves by
+compare-and-swap, then all traffic goes to the candidate.
+"""
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from shipyard.serve.deploy.evalgate import Score
+from shipyard.serve.deploy.spec import Canary, EvalGate, Slo
+
+Outcome = Literal["wait", "pass", "fail"]
+Status = Literal["running", "promoted", "rolled_back"]
+
+
+@dataclass(frozen=True)
+class StageMetrics:
+    """The candidate's traffic since this stage began (the router's per-version stats)."""
+
+    requests: int = 0
+    errors: int = 0
+    ttft_p50_ms: float | None = None
+    ttft_p99_ms: float | None = None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome
+    reason: str
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """One move of a deployment from `current` to `candidate` (artifact ids), as persisted."""
+
+    current: str
+    candidate: str
+    stage: int = 0  # index into canary.stages
+    stage_started: float = 0.0  # wall-clock seconds
+    status: Status = "running"
+    reason: str = ""
+    history: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+
+
+def candidate_weight(rollout: Rollout, stages: tuple[float, ...]) -> float:
+    """The candidate's share of traffic now: its stage while running, else 1 or 0."""
+    if rollout.status == "running":
+        return stages[rollout.stage] / 100
+    return 1.0 if rollout.status == "promoted" else 0.0
+
+
+def judge(
+    canary: Canary,
+    slo: Slo,
+    gate: EvalGate,
+    elapsed_s: float,
+    metrics: StageMetrics,
+    scores: tuple[Score, Score] | None,
+) -> Verdict:
+    """Fail as soon as a gate fails; pass once held long enough with enough traffic.
+
+    `scores`: (candidate, current) on the eval items, None when the spec has no eval gate.
+    """
+    if metrics.requests and metrics.errors / metrics.requests > slo.error_rate:
+        return Verdict(
+            "fail",
+            f"error rate {metrics.errors}/{metrics.requests} over the SLO's {slo.error_rate:g}",
+        )
+    for label, value, bound in (
+        ("p50", metrics.ttft_p50_ms, slo.ttft_ms_p50),
+        ("p99", metrics.ttft_p99_ms, slo.ttft_ms_p99),
+    ):
+        if value is not None and value > bound:
+            return Verdict("fail", f"TTFT {label} {value:.0f} ms over the SLO's {bound:.0f} ms")
+    if scores is not None:
+        candidate, current = scores
+        if candidate.fraction < gate.min_score:
+            return Verdict(
+                "fail", f"eval gate: {_score(candidate)} under the minimum {gate.min_score:g}"
+            )
+        if candidate.fraction < current.fraction - gate.max_drop:
+            return Verdict(
+                "fail",
+                f"eval gate: {_score(candidate)} vs {_score(current)} for the current version "
+                f"(items failed: {', '.join(map(str, candidate.failed[:10]))})",
+            )
+    if elapsed_s < canary.hold_s:
+        return Verdict("wait", f"held {elapsed_s:.1f} of {canary.hold_s:g} s")
+    if metrics.requests < canary.min_requests:
+        if elapsed_s >= canary.max_stage_s:
+            return Verdict(
+                "fail",
+                f"{metrics.requests} candidate requests in {elapsed_s:.0f} s, "
+                f"fewer than the {canary.min_requests} a stage needs",
+            )
+        return Verdict("wait", f"{metrics.requests} of {canary.min_requests} requests")
+    return Verdict("pass", f"stage passed ({metrics.requests} requests, {metrics.errors} errors)")
+
+
+def step(rollout: Rollout, stages: tuple[float, ...], verdict: Verdict, now: float) -> Rollout:
+    """The rollout after `verdict` on its current stage. `pass` into the last stage promotes."""
+    if rollout.status != "running" or verdict.outcome == "wait":
+        return rollout
+    entry = {"stage": stages[rollout.stage], "outcome": verdict.outcome, "reason": verdict.reason}
+    history = (*rollout.history, {**entry, "time": now})
+    if verdict.outcome == "fail":
+        return replace(rollout, status="rolled_back", reason=verdict.reason, history=history)
+    following = rollout.stage + 1
+    if following == len(stages) - 1:
+        promoted = replace(rollout, stage=following, status="promoted", history=history)
+        return replace(promoted, reason="every stage passed")
+    return replace(rollout, stage=following, stage_started=now, history=history)
+
+
+def rolled_back(rollout: Rollout, reason: str, now: float) -> Rollout:
+    """An operator's rollback or a failed alias move: back to the current version."""
+    entry = {"stage": rollout.stage, "outcome": "fail", "reason": reason, "time": now}
+    return replace(rollout, status="rolled_back", reason=reason, history=(*rollout.history, entry))
+
+
+def _score(score: Score) -> str:
+    return f"{score.passed}/{score.total}"

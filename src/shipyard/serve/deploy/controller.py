@@ -1,0 +1,284 @@
+"""The deployment controller: replica processes, the router's view of them, and the record.
+
+One controller runs per deployment (`shipyard serve deploy`). Each tick it replaces replicas that
+died, takes the commands other processes left in the record (rollout, rollback), then either
+advances a rollout (`rollout.py`) or applies the autoscaler (`scaling.py`), and rewrites the
+record. Versions are named by the first 12 digits of their artifact id.
+"""
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from shipyard.errors import Conflict, InvalidInput, ShipyardError
+from shipyard.home import shipyard_home
+from shipyard.httpguard import call, read_token
+from shipyard.serve.deploy import replicas as rp
+from shipyard.serve.deploy.activator import Activator
+from shipyard.serve.deploy.canary import Rollout, candidate_weight
+from shipyard.serve.deploy.spec import DeploymentSpec, spec_to_dict
+from shipyard.serve.deploy.state import Records, pid_alive
+from shipyard.workspace import Workspace
+
+START_TIMEOUT_S = 180.0
+
+
+def version_of(artifact: str) -> str:
+    return artifact[:12]
+
+
+class Controller:
+    def __init__(
+        self,
+        spec: DeploymentSpec,
+        router_url: str,
+        home: Path | None = None,
+        start_timeout_s: float = START_TIMEOUT_S,
+    ) -> None:
+        self.spec = spec
+        self.home = home or shipyard_home()
+        self.router_url = router_url.rstrip("/")
+        self.records = Records(self.home)
+        self.ws = Workspace.open(self.home)
+        self.start_timeout_s = start_timeout_s
+        self.replicas: dict[str, list[rp.Replica]] = {}  # version -> its live replicas
+        self.artifacts: dict[str, str] = {}  # version -> artifact id
+        self.current = ""
+        self.previous: str | None = None  # kept warm after a promotion, for `rollback`
+        self.rollout: Rollout | None = None
+        self.rollout_command: str | None = None
+        self.activator: Activator | None = None
+        self.last_change: float | None = None
+        self.scaling: dict[str, Any] = {}  # the autoscaler loop's memory (scaling.py)
+        self._serial = 0
+        self._lock = threading.RLock()
+
+    # Life cycle
+
+    def start(self) -> None:
+        """Claim the record, start `replicas.min` replicas of the spec's model, tell the router."""
+        artifact = self.resolve_model(self.spec.model)
+        with self.records.locked(self.spec.name):
+            try:
+                old = self.records.read(self.spec.name)
+            except ShipyardError:
+                old = {}
+            if old.get("status") == "running" and pid_alive(old.get("controller_pid")):
+                raise Conflict(
+                    f"deployment {self.spec.name!r} already has a controller "
+                    f"(pid {old['controller_pid']}); stop it first"
+                )
+            self.current = version_of(artifact)
+            self.artifacts[self.current] = artifact
+            self.records.write(self.spec.name, self.snapshot(commands=old.get("commands", {})))
+        self.grow(self.current, self.spec.replicas.min)
+        self.push()
+        self.save()
+
+    def close(self) -> None:
+        """Stop every replica, take the deployment off the router, mark the record stopped."""
+        with self._lock:
+            for replicas in self.replicas.values():
+                for replica in replicas:
+                    rp.stop(replica)
+            self.replicas.clear()
+            with contextlib.suppress(ShipyardError):  # the router may be gone already
+                call(self.admin_url, "DELETE", {}, self.token())
+            if self.activator:
+                self.activator.close()
+            self.save(status="stopped")
+            self.ws.close()
+
+    def resolve_model(self, ref: str) -> str:
+        artifact = self.ws.resolve(ref)
+        kind = self.ws.manifest(artifact).kind
+        if kind != "model":
+            raise InvalidInput(f"{ref!r} is a {kind} artifact, not a model")
+        return artifact
+
+    # Replicas
+
+    def grow(self, version: str, count: int) -> None:
+        """Start `count` more replicas of `version`, all at once, and wait until they listen."""
+        if count <= 0:
+            return
+        artifact = self.artifacts[version]
+        logs = self.home / "serve" / "logs"
+        launched = []
+        for _ in range(count):
+            self._serial += 1
+            name = f"{self.spec.name}-{version}-{self._serial}"
+            command = rp.replica_command(self.spec, artifact, name)
+            launched.append(rp.launch(command, name, version, artifact, logs))
+        with ThreadPoolExecutor(len(launched)) as pool:
+            waits = [pool.submit(rp.wait_listening, r, self.start_timeout_s) for r in launched]
+            errors = [w.exception() for w in waits if w.exception()]
+        ready = [r for r in launched if r.url]
+        with self._lock:
+            self.replicas.setdefault(version, []).extend(ready)
+            if ready and self.activator and version == self.current:
+                self.activator.retry_after_s = max(r.load_s for r in ready)
+        if errors:
+            raise errors[0]  # type: ignore[misc]
+
+    def shrink(self, version: str, count: int) -> None:
+        """Stop the `count` newest replicas of `version` (the router is told first)."""
+        with self._lock:
+            live = self.replicas.get(version, [])
+            gone, self.replicas[version] = live[len(live) - count :], live[: len(live) - count]
+        self.push()
+        for replica in gone:
+            rp.stop(replica)
+
+    def drop(self, version: str) -> None:
+        with self._lock:
+            gone = self.replicas.pop(version, [])
+        for replica in gone:
+            rp.stop(replica)
+
+    def reap(self) -> list[str]:
+        """Replace replicas whose process exited; returns their names."""
+        dead: dict[str, int] = {}
+        with self._lock:
+            for version, live in self.replicas.items():
+                for replica in [r for r in live if not r.alive()]:
+                    live.remove(replica)
+                    dead[version] = dead.get(version, 0) + 1
+                    self.records.log(
+                        self.spec.name,
+                        {"kind": "replace", "replica": replica.name, "version": version},
+                    )
+        if dead:
+            self.push()  # out of rotation before the replacements load
+            for version, count in dead.items():
+                self.grow(version, count)
+            self.push()
+        return list(dead)
+
+    def count(self, version: str | None = None) -> int:
+        return len(self.replicas.get(version or self.current, []))
+
+    # Router
+
+    @property
+    def admin_url(self) -> str:
+        return f"{self.router_url}/admin/deployments/{self.spec.name}"
+
+    def token(self) -> str:
+        return read_token("router", self.home)
+
+    def push(self) -> None:
+        """PUT the deployment's versions, weights and replicas to the router."""
+        weights = {self.current: 1.0}
+        if self.rollout and self.rollout.status == "running":
+            share = candidate_weight(self.rollout, self.spec.canary.stages)
+            weights = {self.current: 1.0 - share, version_of(self.rollout.candidate): share}
+        if self.previous and self.previous in self.replicas:
+            weights.setdefault(self.previous, 0.0)
+        versions = [
+            {"version": v, "weight": w, "replicas": self.router_replicas(v)}
+            for v, w in weights.items()
+        ]
+        call(self.admin_url, "PUT", {"versions": versions, "mirror": None}, self.token())
+
+    def router_replicas(self, version: str) -> list[dict[str, Any]]:
+        live = self.replicas.get(version, [])
+        adapters = sorted(self.spec.adapters)
+        if live:
+            return [{"name": r.name, "url": r.url, "adapters": adapters} for r in live]
+        if self.activator is None:
+            self.activator = Activator(self.spec.name)
+        return [{"name": f"{self.spec.name}-{version}-zero", "url": self.activator.url}]
+
+    def stats(self) -> dict[str, Any]:
+        """The router's per-version counters since the last PUT ({} when it has none)."""
+        reply = call(self.admin_url, "GET", None, self.token())
+        return reply if isinstance(reply, dict) else {}
+
+    # Record
+
+    def snapshot(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "name": self.spec.name,
+            "spec": spec_to_dict(self.spec),
+            "status": "running",
+            "controller_pid": os.getpid(),
+            "router": self.router_url,
+            "current": self.current,
+            "previous": self.previous,
+            "artifacts": dict(self.artifacts),
+            "replicas": {v: [r.to_json() for r in live] for v, live in self.replicas.items()},
+            "rollout": asdict(self.rollout) if self.rollout else None,
+            "scaled_to_zero": self.count() == 0,
+            **extra,
+        }
+
+    def save(self, status: str = "running") -> None:
+        def change(record: dict[str, Any]) -> None:
+            record.update(self.snapshot(status=status, commands=record.get("commands", {})))
+
+        self.records.update(self.spec.name, change)
+
+    def take_commands(self) -> list[tuple[str, dict[str, Any]]]:
+        """Pending commands, marked running (oldest first)."""
+        taken: list[tuple[str, dict[str, Any]]] = []
+
+        def change(record: dict[str, Any]) -> None:
+            for key, command in sorted(record.get("commands", {}).items()):
+                if command.get("state") == "pending":
+                    command["state"] = "running"
+                    taken.append((key, dict(command)))
+
+        self.records.update(self.spec.name, change)
+        return taken
+
+    def finish_command(self, key: str, ok: bool, message: str, exit_code: int = 0) -> None:
+        def change(record: dict[str, Any]) -> None:
+            command = record.setdefault("commands", {}).setdefault(key, {})
+            command.update(state="done" if ok else "failed", message=message, exit_code=exit_code)
+
+        self.records.update(self.spec.name, change)
+
+
+def submit(records: Records, name: str, command: dict[str, Any]) -> str:
+    """Leave `command` for the deployment's controller; returns its key."""
+    key = f"{time.time():.6f}-{uuid.uuid4().hex[:8]}"
+
+    def change(record: dict[str, Any]) -> None:
+        if record.get("status") != "running" or not pid_alive(record.get("controller_pid")):
+            raise InvalidInput(
+                f"deployment {name!r} has no running controller: start it with "
+                "`shipyard serve deploy SPEC.yaml`"
+            )
+        record.setdefault("commands", {})[key] = {**command, "state": "pending"}
+
+    records.update(name, change)
+    return key
+
+
+def wait_command(
+    records: Records, name: str, key: str, timeout: float, on_change: Callable[[Any], None]
+) -> dict[str, Any]:
+    """Poll the record until command `key` is done or failed; `on_change` sees each new record."""
+    deadline = time.monotonic() + timeout
+    seen = None
+    while time.monotonic() < deadline:
+        record = records.read(name)
+        command = record.get("commands", {}).get(key, {})
+        view = (command.get("state"), record.get("rollout"))
+        if view != seen:
+            seen = view
+            on_change(record)
+        if command.get("state") in ("done", "failed"):
+            return dict(command)
+        if not pid_alive(record.get("controller_pid")):
+            raise InvalidInput(f"the controller of {name!r} stopped before the command finished")
+        time.sleep(0.2)
+    raise InvalidInput(f"command on {name!r} still running after {timeout:g} s")

@@ -1,0 +1,141 @@
+"""Replica processes: start one (the engine's `python -m shipyard.serve.replica`), wait for its
+`listening` line, read its /health, stop it."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from shipyard.errors import StorageError
+from shipyard.serve.deploy.spec import DeploymentSpec
+
+_LISTENING = re.compile(r"listening (http://127\.0\.0\.1:\d{1,5})\s*$")
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+@dataclass
+class Replica:
+    name: str
+    version: str
+    artifact: str
+    process: subprocess.Popen[str] | None  # None: an external server (engine openai)
+    url: str = ""
+    started: float = field(default_factory=time.time)
+    load_s: float = 0.0  # from start to `listening`
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    def alive(self) -> bool:
+        return self.process is None or self.process.poll() is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "url": self.url,
+            "pid": self.pid,
+            "started": self.started,
+            "load_s": round(self.load_s, 3),
+        }
+
+
+def replica_command(spec: DeploymentSpec, artifact: str, name: str) -> list[str]:
+    command = [sys.executable, "-m", "shipyard.serve.replica", "--model", artifact]
+    command += ["--port", "0", "--name", name, "--served-model-name", spec.name]
+    for adapter, ref in sorted(spec.adapters.items()):
+        command += ["--adapter", f"{adapter}={ref}"]
+    if spec.engine.max_batch is not None:
+        command += ["--max-batch", str(spec.engine.max_batch)]
+    if spec.engine.kv_cache_mib is not None:
+        command += ["--kv-cache-mib", str(spec.engine.kv_cache_mib)]
+    return command
+
+
+def launch(command: list[str], name: str, version: str, artifact: str, logs: Path) -> Replica:
+    """Start a replica process (one thread for torch); its stderr goes to `logs/<name>.log`."""
+    logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    with (logs / f"{name}.log").open("ab") as log:
+        process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
+            env=env, start_new_session=True,
+        )  # fmt: skip
+    return Replica(name, version, artifact, process)
+
+
+def wait_listening(replica: Replica, timeout: float) -> Replica:
+    """Block until the replica prints `listening URL`; StorageError if it exits or times out."""
+    process = replica.process
+    assert process is not None and process.stdout is not None
+    found: list[str] = []
+    ready = threading.Event()
+    threading.Thread(target=_read, args=(process.stdout, found, ready), daemon=True).start()
+    if not ready.wait(timeout) or not found:
+        stop(replica)
+        why = "timed out" if not ready.is_set() else f"exited with {process.wait()}"
+        raise StorageError(
+            f"replica {replica.name} {why} before listening (after {timeout:g} s at most); "
+            "see its log under $SHIPYARD_HOME/serve/logs/"
+        )
+    replica.url = found[0]
+    replica.load_s = time.time() - replica.started
+    return replica
+
+
+def _read(stream: IO[str], found: list[str], ready: threading.Event) -> None:
+    """Find the `listening` line, then keep draining stdout so the replica never blocks on it."""
+    for line in stream:
+        match = _LISTENING.search(line) if not found else None
+        if match:
+            found.append(match.group(1))
+            ready.set()
+    ready.set()
+
+
+def stop(replica: Replica, grace: float = 5.0) -> None:
+    process = replica.process
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(grace)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
+    """The replica's /health JSON, or None when it does not answer sensibly."""
+    try:
+        with _OPENER.open(f"{url}/health", timeout=timeout) as response:
+            data = json.loads(response.read(1 << 20))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def complete(url: str, body: dict[str, Any], timeout: float = 120.0) -> str:
+    """One /v1/completions call; the first choice's text. StorageError names the replica."""
+    request = urllib.request.Request(
+        f"{url}/v1/completions",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "x-shipyard-tier": "standard"},
+    )
+    try:
+        with _OPENER.open(request, timeout=timeout) as response:
+            data = json.loads(response.read(4 << 20))
+        return str(data["choices"][0]["text"])
+    except urllib.error.HTTPError as exc:
+        raise StorageError(f"{url}/v1/completions: {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+        raise StorageError(f"{url}/v1/completions: no usable answer ({exc})") from None

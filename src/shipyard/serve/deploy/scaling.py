@@ -1,0 +1,80 @@
+"""The autoscaler loop: read one deployment's signals, ask the policy, apply and log its answer.
+
+Signals: queue depth per tier and running requests summed over the current version's replicas'
+`/health`; TTFT p50/p99 and request counts from the router's per-version stats (a window that
+opens at each PUT, so at each scaling change); requests the activator turned away while at zero.
+"""
+
+import time
+from typing import Any
+
+from shipyard.serve.deploy import replicas as rp
+from shipyard.serve.deploy.autoscaler import Decision, Signals, decide
+from shipyard.serve.deploy.controller import Controller
+
+
+def read_signals(ctrl: Controller, now: float) -> Signals:
+    memory = ctrl.scaling
+    queue = {"interactive": 0, "standard": 0, "batch": 0}
+    running = 0
+    for replica in list(ctrl.replicas.get(ctrl.current, [])):
+        report = rp.health(replica.url) or {}
+        depths = report.get("queue")
+        if isinstance(depths, dict):
+            for tier in queue:
+                depth = depths.get(tier)
+                queue[tier] += depth if isinstance(depth, int) and depth > 0 else 0
+        busy = report.get("running")
+        running += busy if isinstance(busy, int) and busy > 0 else 0
+    versions = ctrl.stats().get("versions", {})
+    mine = versions.get(ctrl.current, {}) if isinstance(versions, dict) else {}
+    total = sum(v.get("requests", 0) for v in versions.values() if isinstance(v, dict))
+    waiting = ctrl.activator.take_waiting() if ctrl.activator else 0
+    # The router's counters restart at each PUT: any change (or a restart at a lower count
+    # with traffic) means requests arrived.
+    if total != memory.get("requests", 0) or waiting or running or any(queue.values()):
+        memory["last_request"] = now
+    memory["requests"] = total
+    idle = now - memory.setdefault("last_request", now)
+    return Signals(
+        replicas=ctrl.count(),
+        queue=queue,
+        running=running,
+        ttft_p50_ms=_number(mine.get("ttft_ms_p50")),
+        ttft_p99_ms=_number(mine.get("ttft_ms_p99")),
+        idle_s=idle,
+        waiting=waiting,
+    )
+
+
+def autoscale(ctrl: Controller, now: float | None = None) -> Decision:
+    """One autoscaler step for `ctrl`'s current version, applied and logged."""
+    now = time.monotonic() if now is None else now
+    signals = read_signals(ctrl, now)
+    since = None if ctrl.last_change is None else now - ctrl.last_change
+    spec = ctrl.spec
+    decision = decide(spec.autoscale, spec.replicas, spec.slo, signals, since)
+    entry: dict[str, Any] = {
+        "kind": "autoscale",
+        "version": ctrl.current,
+        "action": decision.action,
+        "from": signals.replicas,
+        "to": decision.target,
+        "reason": decision.reason,
+        "inputs": decision.inputs,
+    }
+    ctrl.records.log(spec.name, entry)
+    if decision.target > signals.replicas:
+        ctrl.grow(ctrl.current, decision.target - signals.replicas)
+        ctrl.push()
+    elif decision.target < signals.replicas:
+        ctrl.shrink(ctrl.current, signals.replicas - decision.target)
+    if decision.target != signals.replicas:
+        ctrl.last_change = now
+        ctrl.scaling["requests"] = 0  # the PUT restarted the router's counters
+    return decision
+
+
+def _number(value: Any) -> float | None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok else None
