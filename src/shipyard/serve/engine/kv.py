@@ -1,0 +1,98 @@
+"""Key/value caches as plain per-layer tensors, and the batch surgery continuous batching needs.
+
+A running batch is one `DynamicCache` of shape [batch, heads, time, dim] per layer, left-padded:
+row r's real tokens are the last `len_r` columns and `mask[r]` marks them. A request joins after
+its own prefill (its cache is padded to the batch's width and stacked) and leaves by row
+selection; columns that no row uses any more are trimmed off the left.
+"""
+
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+Layers = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+def kv_bytes_per_token(config: Any, dtype: torch.dtype = torch.float32) -> int:
+    """Bytes of keys and values one token holds across all layers."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return int(config.num_hidden_layers * 2 * kv_heads * head_dim * itemsize)
+
+
+def layers_of(cache: Any) -> Layers:
+    """Each attention layer's (keys, values) of a full-attention cache."""
+    return [(layer.keys, layer.values) for layer in cache.layers]
+
+
+def cache_of(layers: Layers) -> DynamicCache:
+    return DynamicCache(ddp_cache_data=layers)
+
+
+def nbytes(layers: Layers) -> int:
+    return sum(k.nbytes + v.nbytes for k, v in layers)
+
+
+def concat_time(parts: list[Layers]) -> Layers:
+    """Per layer, the parts' keys and values joined along time (a fresh copy)."""
+    return [
+        (
+            torch.cat([p[i][0] for p in parts], dim=2),
+            torch.cat([p[i][1] for p in parts], dim=2),
+        )
+        for i in range(len(parts[0]))
+    ]
+
+
+def slice_time(layers: Layers, start: int, end: int) -> Layers:
+    """Columns [start, end) of every layer, copied so the source can be freed."""
+    return [(k[:, :, start:end].clone(), v[:, :, start:end].clone()) for k, v in layers]
+
+
+def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
+    extra = width - t.shape[2]
+    if extra == 0:
+        return t
+    pad = t.new_zeros((t.shape[0], t.shape[1], extra, t.shape[3]))
+    return torch.cat([pad, t], dim=2)
+
+
+def stack_rows(
+    batch: Layers | None, mask: torch.Tensor | None, row: Layers, row_len: int
+) -> tuple[Layers, torch.Tensor]:
+    """The batch with `row` (one sequence of `row_len` real tokens) appended as its last row."""
+    row_mask = torch.ones((1, row_len), dtype=torch.long)
+    if batch is None or mask is None:
+        return row, row_mask
+    width = max(mask.shape[1], row_len)
+    merged = [
+        (
+            torch.cat([_pad_left(bk, width), _pad_left(rk, width)], dim=0),
+            torch.cat([_pad_left(bv, width), _pad_left(rv, width)], dim=0),
+        )
+        for (bk, bv), (rk, rv) in zip(batch, row, strict=True)
+    ]
+    return merged, torch.cat([_pad_mask(mask, width), _pad_mask(row_mask, width)], dim=0)
+
+
+def _pad_mask(mask: torch.Tensor, width: int) -> torch.Tensor:
+    return torch.cat([mask.new_zeros((mask.shape[0], width - mask.shape[1])), mask], dim=1)
+
+
+def keep_rows(layers: Layers, mask: torch.Tensor, rows: list[int]) -> tuple[Layers, torch.Tensor]:
+    """Only `rows`, with the left columns that none of them uses trimmed away."""
+    index = torch.tensor(rows, dtype=torch.long)
+    mask = mask.index_select(0, index)
+    used = mask.sum(dim=0).nonzero()
+    start = int(used[0]) if len(used) else mask.shape[1]
+    kept = [
+        (
+            k.index_select(0, index)[:, :, start:].contiguous(),
+            v.index_select(0, index)[:, :, start:].contiguous(),
+        )
+        for k, v in layers
+    ]
+    return kept, mask[:, start:].contiguous()

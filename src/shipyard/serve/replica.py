@@ -1,0 +1,208 @@
+"""`python -m shipyard.serve.replica`: one model (and its adapters) behind an OpenAI-compatible API.
+
+Cold start is materialise (artifact store → local cache, skipped when cached) then load (weights
+into memory); both are timed, logged as one JSON line on stderr and reported in /health. The line
+`listening http://HOST:PORT` on stdout says the replica is ready.
+"""
+
+import argparse
+import json
+import os
+import secrets
+import sys
+import time
+from collections.abc import Callable
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+from shipyard.errors import InvalidInput, ShipyardError
+from shipyard.home import shipyard_home
+from shipyard.httpguard import Guard, is_loopback
+from shipyard.serve.models import ADAPTER_KIND, materialise
+from shipyard.serve.replica_http import ReplicaHandler, Served
+from shipyard.workspace import Workspace
+
+MIB = 1 << 20
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m shipyard.serve.replica", description=__doc__)
+    p.add_argument("--model", required=True, help="model artifact: alias, id or id prefix")
+    p.add_argument(
+        "--adapter",
+        action="append",
+        default=[],
+        metavar="NAME=REF",
+        help="a LoRA adapter artifact served under NAME (repeatable)",
+    )
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0, help="0: any free port")
+    p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host")
+    p.add_argument(
+        "--kv-cache-mib",
+        type=int,
+        default=512,
+        help="KV budget of running requests, prompt + max_tokens each (default 512)",
+    )
+    p.add_argument(
+        "--prefix-cache-mib",
+        type=int,
+        default=256,
+        help="bound of the prefix KV cache (default 256; 0 turns it off)",
+    )
+    p.add_argument("--block-tokens", type=int, default=16, help="prefix-cache block size")
+    p.add_argument("--max-batch", type=int, default=8, help="running requests at most")
+    p.add_argument("--max-queue", type=int, default=256, help="waiting requests per tier")
+    p.add_argument("--max-adapters", type=int, default=4, help="adapters loaded at once")
+    p.add_argument("--max-tokens-default", type=int, default=256)
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument("--name", help="replica name for x-shipyard-replica (default replica-PID)")
+    p.add_argument("--served-model-name", help="the `model` requests use (default: --model)")
+    p.add_argument(
+        "--cache-dir", type=Path, help="local model cache (default $SHIPYARD_HOME/cache/models)"
+    )
+    args = p.parse_args(argv)
+    for name in (
+        "kv_cache_mib",
+        "prefix_cache_mib",
+        "max_batch",
+        "max_queue",
+        "max_adapters",
+        "threads",
+        "block_tokens",
+        "max_tokens_default",
+    ):
+        low = 0 if name == "prefix_cache_mib" else 1
+        if getattr(args, name) < low:
+            p.error(f"--{name.replace('_', '-')} must be at least {low}")
+    if not is_loopback(args.host) and not args.allow_remote:
+        p.error(f"--host {args.host} is not loopback: add --allow-remote to serve other machines")
+    return args
+
+
+def _adapters(specs: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for spec in specs:
+        name, sep, ref = spec.partition("=")
+        if not sep or not name or not ref:
+            raise InvalidInput(f"--adapter {spec!r}: expected NAME=REF")
+        if name in out:
+            raise InvalidInput(f"--adapter {name!r} given twice")
+        out[name] = ref
+    return out
+
+
+def build(args: argparse.Namespace) -> Served:
+    """Materialise and load the model, then start the engine (not yet the HTTP server)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from shipyard.serve.engine import AdapterSet, Engine, EngineConfig
+    from shipyard.serve.engine.metrics import EngineMetrics
+
+    torch.set_num_threads(args.threads)
+    cache = args.cache_dir or shipyard_home() / "cache" / "models"
+    adapter_refs = _adapters(args.adapter)
+    ws = Workspace.open()
+    try:
+        got = materialise(ws, args.model, cache)
+        adapter_ids = {name: ws.resolve(ref) for name, ref in adapter_refs.items()}
+    finally:
+        ws.close()
+    started = time.monotonic()
+    model = AutoModelForCausalLM.from_pretrained(got.path, dtype=torch.float32)
+    model.train(False)
+    tokenizer = AutoTokenizer.from_pretrained(got.path)
+    load_s = time.monotonic() - started
+
+    def fetcher(artifact_id: str) -> Callable[[], Path]:
+        def fetch() -> Path:
+            space = Workspace.open()  # a connection of this thread's own
+            try:
+                return materialise(space, artifact_id, cache, kind=ADAPTER_KIND).path
+            finally:
+                space.close()
+
+        return fetch
+
+    metrics = EngineMetrics()
+    adapters = AdapterSet(
+        model,
+        {name: fetcher(aid) for name, aid in adapter_ids.items()},
+        args.max_adapters,
+        on_load=lambda name, source: metrics.adapter_loads.labels(source).inc(),
+    )
+    config = EngineConfig(
+        max_batch=args.max_batch,
+        kv_budget_bytes=args.kv_cache_mib * MIB,
+        prefix_cache_bytes=args.prefix_cache_mib * MIB,
+        block_size=args.block_tokens,
+        max_queue=args.max_queue,
+    )
+    engine = Engine(model, config, adapters=adapters, metrics=metrics).start()
+    stop_ids = set(_as_ints(model.generation_config.eos_token_id))
+    if tokenizer.eos_token_id is not None:
+        stop_ids.add(int(tokenizer.eos_token_id))
+    load = {
+        "materialise_s": round(got.seconds, 3),
+        "load_s": round(load_s, 3),
+        "fetched": got.fetched,
+    }
+    return Served(
+        engine,
+        tokenizer,
+        args.served_model_name or args.model,
+        args.name or f"replica-{os.getpid()}",
+        got.artifact_id,
+        frozenset(stop_ids),
+        args.max_tokens_default,
+        {"cold_start": load},
+    )
+
+
+def _as_ints(value: object) -> list[int]:
+    """A generation config's eos_token_id: none, one id or a list of them."""
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list | tuple):
+        return [int(v) for v in value]
+    return []
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        served = build(args)
+    except ShipyardError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    handler = type(
+        "Handler",
+        (ReplicaHandler,),
+        {
+            "served": served,
+            "guard": Guard("replica", secrets.token_urlsafe(32), args.host),  # Host checks only
+        },
+    )
+    server = ThreadingHTTPServer((args.host, args.port), handler)
+    server.daemon_threads = True
+    port = server.server_address[1]
+    print(
+        json.dumps({"event": "loaded", "replica": served.replica, **served.info}),
+        file=sys.stderr,
+        flush=True,
+    )
+    print(f"listening http://{args.host}:{port}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        served.engine.stop()
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
