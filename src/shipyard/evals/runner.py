@@ -1,0 +1,227 @@
+"""Fan a model's eval items out through the work queue and work them with one warm engine.
+
+Each (run, item) is one queue item keyed by the run key and the item id, so enqueueing again adds
+nothing and a finished item is never run again. A worker claims a batch, scores every
+multiple-choice item of the batch in batched forward passes, generates the rest, and completes
+each item with its output and score written in the same transaction (exactly once). An item whose
+attempt failed is retried on its own (alone in its batch); a killed worker's leases expire and
+its unfinished items are claimed by the next worker.
+"""
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shipyard.errors import InvalidInput, ShipyardError
+from shipyard.evals.engine import Engine, warm_engine
+from shipyard.evals.scoring import score
+from shipyard.evals.store import ResultStore, RunKey, judge_version
+from shipyard.evals.tasks import Item, Task, get_task
+from shipyard.hashing import sha256_hex
+from shipyard.home import shipyard_home
+from shipyard.queue import Item as QueueItem
+from shipyard.queue import Queue
+from shipyard.workspace import Workspace
+
+
+def queue_name(model_id: str) -> str:
+    return f"eval.{model_id[:40]}"
+
+
+@dataclass(frozen=True)
+class Planned:
+    task: str
+    run_key: str
+    items: int
+    enqueued: int  # new queue items (0 when every item was queued or done before)
+
+
+def plan(
+    queue: Queue, model_id: str, task_refs: Sequence[str], limit: int | None = None
+) -> list[Planned]:
+    """Register a run per task for `model_id` and enqueue its items (idempotently)."""
+    store = ResultStore(queue.db)
+    queue.create(queue_name(model_id), max_attempts=3)
+    planned = []
+    for ref in task_refs:
+        task = get_task(ref)
+        items = list(task.load())[:limit]
+        run_key = store.add_run(RunKey.of(model_id, task), ref, len(items))
+        done = store.done_items(run_key)
+        todo = [i for i in items if i.id not in done]
+        payloads = [{"run": run_key, "task": ref, "item": i.id} for i in todo]
+        keys = [f"{run_key[:16]}:{sha256_hex(i.id.encode())[:16]}" for i in todo]
+        new = queue.enqueue_many(queue_name(model_id), payloads, keys=keys) if todo else []
+        planned.append(Planned(task.name, run_key, len(items), sum(1 for _, n in new if n)))
+    return planned
+
+
+def materialise(workspace: Workspace, model_id: str) -> Path:
+    """The model's Hugging Face directory under $SHIPYARD_HOME/evals/models, made once (built
+    beside its final name and renamed, so a killed worker never leaves half of one)."""
+    root = shipyard_home() / "evals" / "models"
+    final = root / model_id
+    if final.is_dir():
+        return final
+    root.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(dir=root, prefix=".partial-"))
+    try:
+        workspace.get(model_id, scratch / "m")
+        manifest = workspace.manifest(model_id)
+        if manifest.kind != "model":
+            raise InvalidInput(f"artifact {model_id[:16]} is a {manifest.kind}, not a model")
+        try:
+            os.rename(scratch / "m", final)
+        except OSError:
+            if not final.is_dir():  # not a racing worker that got there first
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return final
+
+
+@dataclass
+class WorkerStats:
+    completed: int = 0
+    failed: int = 0
+    skipped: int = 0  # already done (its output was stored before)
+
+
+class EvalWorker:
+    """Works one model's queue with one warm engine shared by every task."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        model_id: str,
+        engine: Engine,
+        batch: int = 16,
+        lease: float = 120.0,
+        note: Callable[[str], None] = lambda _: None,
+    ) -> None:
+        self.queue, self.model_id, self.engine = queue, model_id, engine
+        self.store = ResultStore(queue.db)
+        self.batch, self.lease, self.note = batch, lease, note
+        self.stats = WorkerStats()
+        self._tasks: dict[str, tuple[Task, dict[str, Item]]] = {}
+
+    def run(self, until_empty: bool = True, max_items: int | None = None) -> WorkerStats:
+        name = queue_name(self.model_id)
+        while max_items is None or self.stats.completed < max_items:
+            claimed = self.queue.claim(name, n=self.batch, lease=self.lease)
+            if not claimed:
+                if until_empty and not self._pending(name):
+                    break
+                self.queue.wait(name, 0.5)
+                continue
+            retries = [c for c in claimed if c.attempt > 1]
+            firsts = [c for c in claimed if c.attempt == 1]
+            for group in [firsts, *([r] for r in retries)]:  # a retried item runs alone
+                if group:
+                    self._work(group)
+        return self.stats
+
+    def _pending(self, name: str) -> bool:
+        (stats,) = self.queue.stats(name)
+        return bool(stats.leased or stats.waiting)
+
+    def _task(self, ref: str) -> tuple[Task, dict[str, Item]]:
+        if ref not in self._tasks:
+            task = get_task(ref)
+            self._tasks[ref] = (task, {i.id: i for i in task.load()})
+        return self._tasks[ref]
+
+    def _work(self, group: list[QueueItem]) -> None:
+        try:
+            todo = [(q, *self._resolve(q)) for q in group]
+        except ShipyardError as exc:
+            for q in group:
+                self.queue.fail(q.id, q.token, f"cannot load its task: {exc}")
+            self.stats.failed += len(group)
+            return
+        mc = [(q, t, i) for q, t, i in todo if t.kind == "mc"]
+        try:
+            outputs = self._multiple_choice(mc)
+        except Exception as exc:  # the engine failed on this batch: retry each item alone
+            for q, _, _ in mc:
+                self.queue.fail(q.id, q.token, f"engine: {type(exc).__name__}: {exc}")
+            self.stats.failed += len(mc)
+            outputs = {}
+        for at, (q, task, item) in enumerate(todo):
+            if task.kind == "mc" and q.id not in outputs:
+                continue
+            if task.kind != "mc":  # generation is slow: keep the batch's leases alive
+                for later, kind in [(x, t.kind) for x, t, _ in todo[at:]]:
+                    if kind != "mc" or later.id in outputs:
+                        self.queue.heartbeat(later.id, later.token, self.lease)
+            try:
+                output = outputs.get(q.id) or self._generate(task, item)
+                result = score(task, item, output)
+            except Exception as exc:
+                self.queue.fail(q.id, q.token, f"{type(exc).__name__}: {exc}")
+                self.stats.failed += 1
+                continue
+            self._complete(q, task, item, output, result)
+
+    def _resolve(self, q: QueueItem) -> tuple[Task, Item]:
+        payload = q.payload
+        if not isinstance(payload, dict) or not {"run", "task", "item"} <= set(payload):
+            raise InvalidInput(f"queue item {q.id}: not an eval payload")
+        task, items = self._task(str(payload["task"]))
+        item = items.get(str(payload["item"]))
+        if item is None:
+            raise InvalidInput(f"task {task.name} has no item {payload['item']!r}")
+        return task, item
+
+    def _multiple_choice(
+        self, todo: list[tuple[QueueItem, Task, Item]]
+    ) -> dict[int, dict[str, Any]]:
+        pairs: list[tuple[str, str]] = []
+        for _, task, item in todo:
+            context = task.render(item)
+            pairs += [(context, " " + choice) for choice in item.choices]
+        scores = self.engine.loglikelihoods(pairs, batch_size=self.batch)
+        outputs, at = {}, 0
+        for q, _, item in todo:
+            mine = scores[at : at + len(item.choices)]
+            at += len(item.choices)
+            outputs[q.id] = {
+                "logprobs": [s.logprob for s in mine],
+                "greedy": [s.greedy for s in mine],
+            }
+        return outputs
+
+    def _generate(self, task: Task, item: Item) -> dict[str, Any]:
+        (text,) = self.engine.generate(
+            [task.render(item)], task.sampling.max_tokens, task.sampling.stop
+        )
+        return {"text": text}
+
+    def _complete(
+        self, q: QueueItem, task: Task, item: Item, output: dict[str, Any], result: Any
+    ) -> None:
+        run_key, judge = str(q.payload["run"]), judge_version(task)
+
+        def effect(db: Any) -> None:
+            ResultStore.record(db, run_key, judge, item.id, item.cluster, output, result)
+
+        self.queue.complete(q.id, q.token, {"outcome": result.outcome}, effect=effect)
+        self.stats.completed += 1
+
+
+def work(
+    queue: Queue,
+    workspace: Workspace,
+    model_id: str,
+    batch: int = 16,
+    lease: float = 120.0,
+    max_items: int | None = None,
+) -> WorkerStats:
+    """Materialise the model, warm its engine and work its queue until nothing is left."""
+    engine = warm_engine(model_id, materialise(workspace, model_id))
+    worker = EvalWorker(queue, model_id, engine, batch=batch, lease=lease)
+    return worker.run(max_items=max_items)
