@@ -41,6 +41,7 @@ class Rollout:
     candidate: str
     stage: int = 0  # index into canary.stages
     stage_started: float = 0.0  # wall-clock seconds
+    began: float = 0.0  # when the rollout began: tells two rollouts to one candidate apart
     status: Status = "running"
     reason: str = ""
     history: tuple[dict[str, Any], ...] = field(default_factory=tuple)

@@ -139,3 +139,9 @@ def complete(url: str, body: dict[str, Any], timeout: float = 120.0) -> str:
         raise StorageError(f"{url}/v1/completions: {exc.code} {exc.reason}") from None
     except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
         raise StorageError(f"{url}/v1/completions: no usable answer ({exc})") from None
+
+
+def start_router(logs: Path, timeout: float = 60.0) -> Replica:
+    """A router process (`python -m shipyard.serve.router`) on a free loopback port."""
+    command = [sys.executable, "-m", "shipyard.serve.router", "--port", "0"]
+    return wait_listening(launch(command, "router", "", "", logs), timeout)

@@ -38,7 +38,7 @@ def begin(ctrl: Controller, ref: str, now: float | None = None) -> Rollout:
     ctrl.grow(version, count - ctrl.count(version))
     if ctrl.count() == 0:  # scaled to zero: the comparison needs a current replica
         ctrl.grow(ctrl.current, 1)
-    ctrl.rollout = Rollout(current, candidate, stage_started=_now(now))
+    ctrl.rollout = Rollout(current, candidate, stage_started=_now(now), began=_now(now))
     ctrl.records.log(ctrl.spec.name, {"kind": "canary", "action": "begin", "to": candidate})
     ctrl.push()
     return ctrl.rollout
