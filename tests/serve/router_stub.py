@@ -66,7 +66,9 @@ def start_router(home: Path, *options: str) -> Proc:
     return start(["-m", "shipyard.serve.router", "--health-interval", "0.2", *options], home)
 
 
-def make_app(name: str, adapters: list[str], token_delay: float, tokens: int) -> FastAPI:
+def make_app(
+    name: str, adapters: list[str], token_delay: float, tokens: int, first_delay: float
+) -> FastAPI:
     app = FastAPI()
     counts = {"started": 0, "finished": 0, "in_flight": 0}
     served = {name, *adapters}
@@ -90,6 +92,7 @@ def make_app(name: str, adapters: list[str], token_delay: float, tokens: int) ->
 
             async def events() -> AsyncIterator[bytes]:
                 try:
+                    await asyncio.sleep(first_delay)
                     for i in range(n):
                         await asyncio.sleep(token_delay)
                         yield f"data: {json.dumps(chunk(i))}\n\n".encode()
@@ -142,13 +145,14 @@ def main() -> None:
     parser.add_argument("--adapter", action="append", default=[])
     parser.add_argument("--token-delay", type=float, default=0.0)
     parser.add_argument("--tokens", type=int, default=3)
+    parser.add_argument("--first-delay", type=float, default=0.0)
     args = parser.parse_args()
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", args.port))
     sock.listen(1024)
     print(f"listening http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
-    app = make_app(args.name, args.adapter, args.token_delay, args.tokens)
+    app = make_app(args.name, args.adapter, args.token_delay, args.tokens, args.first_delay)
     config = uvicorn.Config(app, log_level="warning", access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
 

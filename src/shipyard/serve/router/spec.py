@@ -9,8 +9,8 @@
                   {"version": "v2", "weight": 0.05, "replicas": [...]}],
      "mirror": {"version": "v3", "fraction": 0.1}}
 
-A version may have weight 0 (a shadow that only gets mirrored traffic). Replica names are unique
-within a deployment; a replica's `adapters` are the adapter names it can serve.
+A version may have weight 0 (a shadow that only gets mirrored traffic). Replica names and URLs
+are unique within a deployment; a replica's `adapters` are the adapter names it can serve.
 """
 
 import math
@@ -100,6 +100,7 @@ def parse_deployment(name: str, body: Any) -> DeploymentSpec:
     versions = tuple(_version(v, f"versions[{i}]") for i, v in enumerate(raw_versions))
     _unique([v.version for v in versions], "versions[].version")
     _unique([r.name for v in versions for r in v.replicas], "replica name")
+    _unique([r.url for v in versions for r in v.replicas], "replica url")
     if sum(v.weight for v in versions) <= 0:
         raise InvalidInput("versions[].weight: at least one version needs a weight above 0")
     mirror = _mirror(body.get("mirror"), {v.version for v in versions})
