@@ -75,6 +75,10 @@ def _report(args: argparse.Namespace) -> int:
             _print_funnel(f"{args.by}={value or '-'}", rows)
     print(f"quarantine: {json.dumps(current['quarantine'], sort_keys=True)}")
     print(f"dropped by rule: {json.dumps(current['policy'], sort_keys=True)}")
+    timeouts = current.get("timeouts", [])  # absent in reports of older runs
+    print(f"timed out: {len(timeouts)}")
+    for row in timeouts:
+        print(f"  {row['stage']:<10} {row['doc_id']}")
     if before is None:
         print("drift: no earlier run of this pipeline to compare with")
         return 0

@@ -41,6 +41,7 @@ class FilterConfig:
     gopher_quality: bool = True
     c4: bool = True
     fineweb: bool = True
+    timeout_s: float = 5.0  # per record; past it the record lands in quarantine
 
 
 @dataclass(frozen=True)
@@ -59,12 +60,14 @@ class PiiConfig:
     email: bool = True
     phone: bool = True
     ip: bool = True
+    timeout_s: float = 5.0  # per record; past it the record lands in quarantine
 
 
 @dataclass(frozen=True)
 class DecontamConfig:
     benchmarks: tuple[str, ...] = ()  # text files; one benchmark example per line
     ngram: int = 13
+    timeout_s: float = 5.0  # per record; past it the record lands in quarantine
 
 
 @dataclass(frozen=True)
@@ -109,7 +112,9 @@ class PipelineConfig:
         _check(self.name != "" and "/" not in self.name, "name", "must be a non-empty word")
         _check(len(self.inputs) > 0, "inputs", "must name at least one WARC file or directory")
         _check(self.read.max_record_bytes > 0, "read.max_record_bytes", "must be positive")
-        _check(self.extract.timeout_s > 0, "extract.timeout_s", "must be positive")
+        for section in ("extract", "filters", "pii", "decontam"):
+            timeout = getattr(self, section).timeout_s
+            _check(timeout > 0, f"{section}.timeout_s", "must be positive")
         _check(self.dedup.ngram >= 1, "dedup.ngram", "must be at least 1")
         _check(self.dedup.bands >= 1 and self.dedup.rows >= 1, "dedup.bands", "must be ≥ 1")
         _check(0 < self.dedup.threshold <= 1, "dedup.threshold", "must be in (0, 1]")

@@ -18,6 +18,7 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1  # Linux prctl option
+TIMEOUT = "timeout after "  # how a timed-out record's quarantine reason starts
 
 
 class RecordTimeout(Exception):
@@ -75,7 +76,7 @@ class Isolated(Generic[T]):
         conn.send(index)
         if not conn.poll(self._timeout_s):
             self._kill()
-            raise RecordTimeout(f"timeout after {self._timeout_s:g}s in {self._stage}")
+            raise RecordTimeout(f"{TIMEOUT}{self._timeout_s:g}s in {self._stage}")
         try:
             ok, payload = conn.recv()
         except EOFError:

@@ -30,6 +30,7 @@ from shipyard.data.dedup import dedup_files, stats_dict
 from shipyard.data.executors import make_executor
 from shipyard.data.executors.base import Outcome
 from shipyard.data.inputs import put_crawl, resolve_inputs
+from shipyard.data.isolate import TIMEOUT
 from shipyard.data.stages.read import UNREADABLE
 from shipyard.data.table import write_part
 from shipyard.data.tasks import FileTask, TaskResult, file_sha256, read_chain, run_task
@@ -146,6 +147,7 @@ def _annotate(
             "dedup": {**stats_dict(dedup_stats), "key": dedup_key},
             "failed_tasks": result.failed_tasks,
             "files": _file_counts(table, quarantine, files_seen),
+            "timeouts": _timeouts(quarantine),
         }
         (table_dir / "stats.json").write_text(json.dumps(report, indent=1, sort_keys=True))
         manifest = put_tree(
@@ -212,6 +214,15 @@ def _file_counts(
         }
         for name, (seen, policy) in sorted(files.items())
     }
+
+
+def _timeouts(quarantine: pa.Table) -> list[dict[str, str]]:
+    """The records some stage gave up on past its per-record timeout, by stage and name."""
+    return [
+        {"stage": row["stage"], "doc_id": row["doc_id"], "source": row["source"]}
+        for row in quarantine.to_pylist()
+        if row["reason"].startswith(TIMEOUT)
+    ]
 
 
 def _tokenize(

@@ -1,7 +1,9 @@
 """Decontamination: flag documents that share a long word n-gram with a benchmark file.
 
 Benchmark files are text, one example per line. Their n-grams are hashed once per task; a
-document is `contaminated` if any of its n-grams is among them (selection drops those).
+document is `contaminated` if any of its n-grams is among them (selection drops those). A
+document that takes longer than `decontam.timeout_s` goes to quarantine by name, in a worker
+process that is killed and replaced (`shipyard.data.isolate`).
 """
 
 import functools
@@ -10,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from shipyard.data.batch import Batch, Quarantine
+from shipyard.data.batch import Batch, Quarantine, guarded_map, keep_rows
 from shipyard.data.config import PipelineConfig
 from shipyard.data.minhash import U64, shingles
 from shipyard.data.stages.base import Stage, register
@@ -39,14 +41,20 @@ class Decontam(Stage):
     def __init__(self, config: PipelineConfig) -> None:
         self.n = config.decontam.ngram
         self.table = benchmark_ngrams(config.decontam.benchmarks, self.n)
+        self.timeout_s = config.decontam.timeout_s
 
     def process(self, batch: Batch, quarantine: Quarantine) -> Batch:
         if len(self.table) == 0:
             batch["contaminated"] = [False] * len(batch["text"])
             return batch
-        flags = []
-        for text in batch["text"]:
-            grams = shingles(text, self.n) if len(words(text)) >= self.n else None
-            flags.append(grams is not None and bool(np.isin(grams, self.table).any()))
-        batch["contaminated"] = flags
-        return batch
+        texts = batch["text"]
+
+        def one(i: int) -> bool:
+            if len(words(texts[i])) < self.n:
+                return False
+            return bool(np.isin(shingles(texts[i], self.n), self.table).any())
+
+        kept, flags = guarded_map(batch, self.name, quarantine, one, self.timeout_s)
+        out = keep_rows(batch, kept)
+        out["contaminated"] = flags
+        return out

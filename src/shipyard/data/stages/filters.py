@@ -1,14 +1,15 @@
 """Heuristic quality filters as columns: `<rule>_ok` and `<rule>_reason` per document.
 
 The text is split into words once (`shipyard.data.words.tokens`) and every rule reads that list.
-
-Nothing is deleted here; selection later decides which rules to honour.
+Nothing is deleted here; selection later decides which rules to honour. A document that keeps the
+rules busy past `filters.timeout_s` (spaCy's prefix rules are quadratic in a run of `(`) goes to
+quarantine by name, in a worker process that is killed and replaced (`shipyard.data.isolate`).
 """
 
 from collections.abc import Callable
 from typing import ClassVar
 
-from shipyard.data.batch import Batch, Quarantine
+from shipyard.data.batch import Batch, Quarantine, guarded_map, keep_rows
 from shipyard.data.config import PipelineConfig
 from shipyard.data.stages import c4fineweb, gopher
 from shipyard.data.stages.base import Stage, register
@@ -31,15 +32,21 @@ class Filters(Stage):
     section: ClassVar[str] = "filters"
 
     def __init__(self, config: PipelineConfig) -> None:
-        self.enabled = {rule: bool(getattr(config.filters, rule)) for rule in RULES}
+        self.checks = {
+            rule: check for rule, check in RULES.items() if getattr(config.filters, rule)
+        }
+        self.timeout_s = config.filters.timeout_s
 
     def process(self, batch: Batch, quarantine: Quarantine) -> Batch:
-        words = [tokens(text) for text in batch["text"]]
-        for rule, check in RULES.items():
-            if self.enabled[rule]:
-                reasons = [check(t, w) for t, w in zip(batch["text"], words, strict=True)]
-            else:
-                reasons = [""] * len(words)
-            batch[f"{rule}_reason"] = reasons
-            batch[f"{rule}_ok"] = [not r for r in reasons]
-        return batch
+        texts = batch["text"]
+
+        def one(i: int) -> dict[str, str]:
+            words = tokens(texts[i])
+            return {rule: check(texts[i], words) for rule, check in self.checks.items()}
+
+        kept, reasons = guarded_map(batch, self.name, quarantine, one, self.timeout_s)
+        out = keep_rows(batch, kept)
+        for rule in RULES:
+            out[f"{rule}_reason"] = [r.get(rule, "") for r in reasons]
+            out[f"{rule}_ok"] = [not r.get(rule) for r in reasons]
+        return out

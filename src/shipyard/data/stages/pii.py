@@ -1,13 +1,16 @@
 """PII redaction: e-mail addresses, phone numbers and IP addresses become placeholders.
 
 The text column is replaced by its redacted form; `pii_count` says how many spans were replaced.
+A document that keeps the patterns busy past `pii.timeout_s` (the e-mail pattern is quadratic in
+a long run like `a.a.a.…`, as datatrove's is) goes to quarantine by name, in a worker process
+that is killed and replaced (`shipyard.data.isolate`).
 """
 
 import ipaddress
 import re
 from typing import ClassVar
 
-from shipyard.data.batch import Batch, Quarantine
+from shipyard.data.batch import Batch, Quarantine, guarded_map, keep_rows
 from shipyard.data.config import PipelineConfig
 from shipyard.data.stages.base import Stage, register
 
@@ -72,8 +75,13 @@ class Pii(Stage):
         self.config = config.pii
 
     def process(self, batch: Batch, quarantine: Quarantine) -> Batch:
-        c = self.config
-        results = [redact(t, c.email, c.phone, c.ip) for t in batch["text"]]
-        batch["text"] = [text for text, _ in results]
-        batch["pii_count"] = [n for _, n in results]
-        return batch
+        c, texts = self.config, batch["text"]
+
+        def one(i: int) -> tuple[str, int]:
+            return redact(texts[i], c.email, c.phone, c.ip)
+
+        kept, results = guarded_map(batch, self.name, quarantine, one, c.timeout_s)
+        out = keep_rows(batch, kept)
+        out["text"] = [text for text, _ in results]
+        out["pii_count"] = [n for _, n in results]
+        return out

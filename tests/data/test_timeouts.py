@@ -1,0 +1,115 @@
+"""Filters, PII and decontamination give up on a record past their per-record timeout: the record
+is quarantined by stage and name, the run goes on, and the report lists it as timed out."""
+
+import json
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from shipyard.cli.data import _report
+from shipyard.data import PipelineConfig, run_pipeline
+from shipyard.data.batch import Quarantine
+from shipyard.data.config import (
+    DecontamConfig,
+    ExecutorConfig,
+    FilterConfig,
+    PiiConfig,
+    TokenizeConfig,
+    from_dict,
+)
+from shipyard.data.stages import get_stage
+from shipyard.data.warcpack import Page
+from shipyard.errors import InvalidInput
+from shipyard.workspace import Workspace
+
+from .conftest import MakeWarc, english_text, html_page
+
+# spaCy's prefix rules strip one "(" at a time, rescanning the rest: a 4,000-long run keeps the
+# filters' tokenizer busy for about a minute. The e-mail pattern backtracks over "a.a.a.…" (each
+# "a" may start an address), about 15 s for 80,000 characters.
+FILTER_TRAP = "(" * 4000 + "x"
+PII_TRAP = "a." * 40000
+
+
+def test_pathological_records_time_out_by_name_and_the_run_goes_on(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path, tmp_path: Path, capsys: object
+) -> None:
+    texts = [english_text(i) for i in range(4)]
+    texts[1] += "\n\n" + FILTER_TRAP
+    texts[2] += "\n\n" + PII_TRAP
+    pages = [Page(f"https://trap.org/{i}", html_page(t, f"T{i}")) for i, t in enumerate(texts)]
+    warc = make_warc("trap.warc.gz", pages)
+    config = PipelineConfig(
+        "traps",
+        (str(warc),),
+        filters=FilterConfig(timeout_s=2.0),
+        pii=PiiConfig(timeout_s=2.0),
+        tokenize=TokenizeConfig(enabled=False),
+        executor=ExecutorConfig(workers=1, task_timeout_s=300, max_retries=0),
+    )
+    started = time.monotonic()
+    result = run_pipeline(config, workspace, shipyard_home)
+    assert time.monotonic() - started < 120  # the traps alone would take minutes uncut
+    assert not result.failed_tasks
+
+    assert result.report["timeouts"] == [
+        {"stage": "filters", "doc_id": "trap.warc.gz:2", "source": "trap.warc.gz"},
+        {"stage": "pii", "doc_id": "trap.warc.gz:3", "source": "trap.warc.gz"},
+    ]
+    table = tmp_path / "table"
+    workspace.get(result.table_id, table)
+    quarantine = pq.read_table(table / "quarantine.parquet").to_pylist()
+    assert [(q["stage"], q["reason"]) for q in quarantine] == [
+        ("filters", "timeout after 2s in filters"),
+        ("pii", "timeout after 2s in pii"),
+    ]
+    rows = pq.read_table(sorted(table.glob("part-*.parquet"))).to_pylist()
+    assert sorted(r["url"] for r in rows) == ["https://trap.org/0", "https://trap.org/3"]
+    assert all(r["gopher_quality_ok"] and r["pii_count"] == 0 for r in rows)
+    stats = json.loads((table / "stats.json").read_text())
+    assert stats["files"]["trap.warc.gz"] == {
+        "seen": 4,
+        "kept": 2,
+        "filtered": 0,
+        "quarantined": 2,
+        "unreadable": 0,
+    }
+
+    class Args:
+        run, json, by, threshold = result.run_id, False, None, 0.05
+
+    capsys.readouterr()  # type: ignore[attr-defined]
+    _report(Args())  # type: ignore[arg-type]
+    printed = capsys.readouterr().out  # type: ignore[attr-defined]
+    assert "timed out: 2" in printed
+    assert "filters    trap.warc.gz:2" in printed and "pii        trap.warc.gz:3" in printed
+
+
+def test_decontamination_times_out_per_record(tmp_path: Path) -> None:
+    bench = tmp_path / "bench.txt"
+    bench.write_text("what is the name of the captain who sailed the old ship across the river\n")
+    config = PipelineConfig(
+        "t", ("x",), decontam=DecontamConfig(benchmarks=(str(bench),), timeout_s=0.3)
+    )
+    # no pattern here backtracks: normalizing, splitting and hashing 20 MB take seconds
+    texts = [english_text(4), english_text(5) * 16000, english_text(6)]
+    quarantine = Quarantine("f")
+    batch = {"doc_id": ["a", "huge", "b"], "text": texts}
+    out = get_stage("decontam")(config).process(batch, quarantine)
+    assert out["doc_id"] == ["a", "b"] and out["contaminated"] == [False, False]
+    assert quarantine.rows == [
+        {
+            "doc_id": "huge",
+            "source": "f",
+            "stage": "decontam",
+            "reason": "timeout after 0.3s in decontam",
+        }
+    ]
+
+
+@pytest.mark.parametrize("section", ["filters", "pii", "decontam"])
+def test_a_timeout_must_be_positive(section: str) -> None:
+    with pytest.raises(InvalidInput, match=f"{section}.timeout_s must be positive"):
+        from_dict(PipelineConfig, {"name": "t", "inputs": ["x"], section: {"timeout_s": 0}})
