@@ -7,18 +7,17 @@ import os
 import stat
 import threading
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastapi import FastAPI, Request
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shipyard.errors import InvalidInput, NotFound, StorageError
 from shipyard.httpguard import (
     Guard,
-    GuardedHandler,
     Refused,
     call,
     is_loopback,
@@ -26,6 +25,7 @@ from shipyard.httpguard import (
     read_token,
     token_path,
 )
+from shipyard.httpguard.asgi import guard_middleware, json_errors, start_server
 
 TOKEN = "k" * 43
 
@@ -195,27 +195,29 @@ def test_audit_lines(tmp_path: Path) -> None:
 # A guarded toy service over real HTTP
 
 
-class Echo(GuardedHandler):
-    def route(
-        self, method: str, parts: list[str], query: dict[str, list[str]], body: dict[str, Any]
-    ) -> Any:
-        if parts == ["missing"]:
+def echo_app(guard: Guard) -> FastAPI:
+    app = FastAPI()
+    json_errors(app, guard.service)
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    def echo(path: str, request: Request) -> Any:
+        if path == "missing":
             raise NotFound("no such thing")
-        if parts == ["bad"]:
+        if path == "bad":
             raise InvalidInput("bad thing")
-        return {"method": method, "parts": parts, "body": body}
+        body = getattr(request.state, "body", {})
+        return {"method": request.method, "parts": path.split("/"), "body": body}
+
+    app.middleware("http")(guard_middleware(guard))
+    return app
 
 
 @pytest.fixture(scope="module")
 def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Guard]]:
-    home = tmp_path_factory.mktemp("echo")
-    Echo.guard = Guard.start("echo", home, "127.0.0.1")
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", Echo.guard
-    server.shutdown()
-    server.server_close()
+    guard = Guard.start("echo", tmp_path_factory.mktemp("echo"), "127.0.0.1")
+    server = start_server(echo_app(guard), "127.0.0.1", 0, "echo")
+    yield f"http://127.0.0.1:{server.port}", guard
+    server.stop()
 
 
 def test_client_maps_replies_to_errors(echo: tuple[str, Guard], tmp_path: Path) -> None:

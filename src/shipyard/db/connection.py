@@ -55,9 +55,14 @@ class Database:
     def _open_sqlite(self) -> None:
         ensure_file(self.url.path, self.label)
         try:
-            # Autocommit mode: `transaction()` opens each explicit transaction itself.
+            # Autocommit mode: `transaction()` opens each explicit transaction itself. One thread
+            # uses a connection at a time, but the last reference to a thread's connection may
+            # be dropped (and the connection closed) from another, e.g. a web server's pool.
             self._sqlite = sqlite3.connect(
-                self.url.path, isolation_level=None, timeout=_BUSY_TIMEOUT_S
+                self.url.path,
+                isolation_level=None,
+                timeout=_BUSY_TIMEOUT_S,
+                check_same_thread=False,
             )
         except sqlite3.Error as exc:
             raise self._error(exc) from None

@@ -15,14 +15,15 @@ import os
 import socketserver
 import threading
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import generate_latest
+from fastapi import FastAPI, Response
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from shipyard.errors import Conflict, InvalidInput, ShipyardError
-from shipyard.httpguard import Guard, GuardedHandler, Raw, is_loopback
+from shipyard.httpguard import Guard, is_loopback
+from shipyard.httpguard.asgi import BackgroundServer, guard_middleware, json_errors, start_server
 from shipyard.prometheus import snapshot_registry
 from shipyard.sandbox.limits import Limits
 from shipyard.sandbox.manager import FAMILIES, Manager
@@ -130,22 +131,20 @@ class _Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     manager: Manager
 
 
-def _metrics_server(manager: Manager, listen: str, home: Path) -> ThreadingHTTPServer:
+def _metrics_server(manager: Manager, listen: str, home: Path) -> BackgroundServer:
     host, _, port = listen.rpartition(":")
     if not is_loopback(host) or not port.isdigit():
         raise InvalidInput(f"--metrics-listen {listen!r}: expected a loopback HOST:PORT")
     guard = Guard.start("sandbox", home, host)
+    app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
+    json_errors(app, guard.service)
 
-    class Handler(GuardedHandler):
-        def route(self, method: str, parts: list[str], query: Any, body: Any) -> Any:
-            if method == "GET" and parts == ["metrics"]:
-                return Raw(generate_latest(_registry(manager)), "text/plain; version=0.0.4")
-            raise InvalidInput("only GET /metrics is served here")
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(_registry(manager)), media_type=CONTENT_TYPE_LATEST)
 
-    Handler.guard = guard
-    server = ThreadingHTTPServer((host, int(port)), Handler)
-    threading.Thread(target=server.serve_forever, name="sandbox-metrics", daemon=True).start()
-    return server
+    app.middleware("http")(guard_middleware(guard))
+    return start_server(app, host, int(port), "sandbox-metrics")
 
 
 def serve(
@@ -192,7 +191,7 @@ def serve(
         server.shutdown()
         server.server_close()
         if metrics:
-            metrics.shutdown()
+            metrics.stop()
         manager.shutdown()
         path.unlink(missing_ok=True)
         with contextlib.suppress(OSError):

@@ -16,13 +16,14 @@ JSON and no foreign Origin; every request needs a Host that names this server.
 import math
 import threading
 import typing
-from http.server import ThreadingHTTPServer
-from typing import Any
+from typing import Annotated, Any
 
+from fastapi import FastAPI, Query, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from shipyard.errors import InvalidInput, NotFound
-from shipyard.httpguard import Guard, GuardedHandler, Raw
+from shipyard.httpguard import Guard
+from shipyard.httpguard.asgi import guard_middleware, json_errors
 from shipyard.scheduler.model import Job
 from shipyard.scheduler.service import Service
 
@@ -68,42 +69,59 @@ def _has_type(value: Any, hint: Any) -> bool:
     )
 
 
-def make_server(
-    service: Service, lock: threading.Lock, guard: Guard, host: str, port: int
-) -> ThreadingHTTPServer:
-    class Handler(GuardedHandler):
-        def route(
-            self, method: str, parts: list[str], query: dict[str, list[str]], body: dict[str, Any]
-        ) -> Any:
-            store = service.store
-            if parts == ["metrics"] and method == "GET":
-                with lock:
-                    return Raw(service.metrics(), CONTENT_TYPE_LATEST)
-            if parts == ["status"] and method == "GET":
-                with lock:
-                    return service.status()
-            if parts == ["jobs"] and method == "GET":
-                return store.list(*query.get("state", []))
-            if parts == ["jobs"] and method == "POST":
-                job, command = job_from_request(body)
-                service.state.quota.quota(job.team)  # unknown teams are refused at the door
-                service.config.policy.tier_of(job)  # and so are unknown priority classes
-                return {"id": store.submit(job, command)}
-            if len(parts) == 2 and parts[0] == "jobs" and method == "GET":
-                return store.get(parts[1])
-            if len(parts) == 2 and parts[0] == "jobs" and method == "DELETE":
-                return {"id": parts[1], "state": store.cancel(parts[1])}
-            if len(parts) == 3 and parts[0] == "nodes" and parts[2] == "state" and method == "POST":
-                wanted = body.get("state")
-                with lock:
-                    service.state.set_node_state(parts[1], str(wanted))
-                return {"node": parts[1], "state": wanted}
-            if len(parts) == 3 and parts[2] == "utilization" and method == "POST":
-                store.get(parts[1])
-                with lock:
-                    service.report_utilization(parts[1])
-                return {"id": parts[1]}
-            raise NotFound(f"no route {method} /{'/'.join(parts)}")
+def create_app(service: Service, lock: threading.Lock, guard: Guard) -> FastAPI:
+    """The API as a FastAPI app; `lock` serialises it with the scheduling loop."""
+    app = FastAPI(title="Shipyard scheduler", docs_url=None, redoc_url=None, openapi_url=None)
+    json_errors(app, guard.service)
+    store = service.store
 
-    Handler.guard = guard
-    return ThreadingHTTPServer((host, port), Handler)
+    @app.get("/metrics")
+    def metrics() -> Response:
+        with lock:
+            return Response(service.metrics(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/status")
+    def status() -> Any:
+        with lock:
+            return service.status()
+
+    @app.get("/jobs")
+    def jobs(state: Annotated[list[str] | None, Query()] = None) -> Any:
+        return store.list(*(state or []))
+
+    @app.post("/jobs")
+    def submit(request: Request) -> Any:
+        job, command = job_from_request(dict(request.state.body))
+        service.state.quota.quota(job.team)  # unknown teams are refused at the door
+        service.config.policy.tier_of(job)  # and so are unknown priority classes
+        return {"id": store.submit(job, command)}
+
+    @app.get("/jobs/{job_id}")
+    def job(job_id: str) -> Any:
+        return store.get(job_id)
+
+    @app.delete("/jobs/{job_id}")
+    def cancel(job_id: str) -> Any:
+        return {"id": job_id, "state": store.cancel(job_id)}
+
+    @app.post("/jobs/{job_id}/utilization")
+    def utilization(job_id: str) -> Any:
+        store.get(job_id)
+        with lock:
+            service.report_utilization(job_id)
+        return {"id": job_id}
+
+    @app.post("/nodes/{node}/state")
+    def node_state(node: str, request: Request) -> Any:
+        wanted = request.state.body.get("state")
+        with lock:
+            service.state.set_node_state(node, str(wanted))
+        return {"node": node, "state": wanted}
+
+    @app.api_route("/{path:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"])
+    def no_route(path: str, request: Request) -> Any:
+        raise NotFound(f"no route {request.method} /{path}")
+
+    # Added last, so it runs first: nothing is answered before the guard has passed it.
+    app.middleware("http")(guard_middleware(guard))
+    return app

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from shipyard.errors import InvalidInput, StorageError
 from shipyard.httpguard import Guard, is_loopback, token_path
-from shipyard.scheduler.api import make_server
+from shipyard.httpguard.asgi import start_server
+from shipyard.scheduler.api import create_app
 from shipyard.scheduler.backend import Backend
 from shipyard.scheduler.config import ClusterConfig
 from shipyard.scheduler.service import Service
@@ -49,13 +50,11 @@ def serve(
     service = Service(config, store, backend)
     lock = threading.Lock()
     try:
-        server = make_server(service, lock, guard, host, port)
-    except OSError as exc:
+        server = start_server(create_app(service, lock, guard), host, port, "scheduler-api")
+    except StorageError:
         service.backend.shutdown()
-        raise StorageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://{f'[{host}]' if ':' in host else host}:{server.server_address[1]}"
+        raise
+    url = f"http://{f'[{host}]' if ':' in host else host}:{server.port}"
     print(f"scheduler serving on {url} (token in {token_path('scheduler', home)})", flush=True)
     try:
         while not stop.is_set():
@@ -66,6 +65,5 @@ def serve(
                     print(json.dumps({"event": "tick-error", "error": str(exc)}), file=sys.stderr)
             stop.wait(tick)
     finally:
-        server.shutdown()
-        server.server_close()
+        server.stop()
         service.backend.shutdown()

@@ -2,7 +2,7 @@
 
 `create_app(console)` builds the FastAPI app; `serve_console(...)` runs it on uvicorn
 (`shipyard ui`). Pages and /api are read-only without the console's token; changes pass
-`shipyard.httpguard`'s rules (see `shipyard.web.security`).
+`shipyard.httpguard`'s rules (see `shipyard.httpguard.asgi`).
 """
 
 from shipyard.web.app import create_app

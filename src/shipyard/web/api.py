@@ -1,7 +1,7 @@
 """The console's JSON API under /api: every page is drawn from these same functions.
 
 Reads need nothing; changes (PUT an alias, cancel a job, requeue dead items) pass the guard in
-`shipyard.web.security` first, and their JSON body arrives in `request.state.body`.
+`shipyard.httpguard.asgi` first, and their JSON body arrives in `request.state.body`.
 """
 
 from typing import Any, Literal

@@ -18,9 +18,9 @@ from prometheus_client import (
 )
 
 from shipyard.errors import ShipyardError
+from shipyard.httpguard.asgi import error_status, guard_middleware, validation_message
 from shipyard.web import api, pages
 from shipyard.web.context import Console
-from shipyard.web.security import error_status, guard_middleware
 
 STATIC = Path(__file__).parent / "static"
 
@@ -62,14 +62,11 @@ def create_app(console: Console) -> FastAPI:
 
     @app.exception_handler(ShipyardError)
     async def shipyard_error(request: Request, exc: ShipyardError) -> Response:
-        return _error(request, error_status(exc), str(exc))
+        return _error(request, error_status(exc, console.guard.service), str(exc))
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> Response:
-        where = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors()[:5]
-        )
-        return _error(request, 400, f"bad request: {where}")
+        return _error(request, 400, validation_message(exc))
 
     @app.get("/metrics", include_in_schema=False)
     def metrics() -> Response:

@@ -1,4 +1,4 @@
-"""The guard in front of every Shipyard HTTP service: who may change state, and from where.
+"""Who may change state, and from where: the rules every Shipyard HTTP service applies.
 
 Rules (docs/scheduler.md, "Security"):
 
@@ -18,12 +18,10 @@ The token is made on first start into `<home>/tokens/<service>.token` (mode 0600
 after; a token file that others may read or write, or that another user owns, is refused.
 
 Use: refuse a non-loopback bind unless the user asked for it (`is_loopback(host)`), then
-`Guard.start(service, home, bound_host)` once, and either subclass `GuardedHandler` (for
-`http.server`: set `guard`, implement `route`) or, in another framework, call
-`guard.check(method, headers)`, `guard.read_json(headers, read)` and `guard.audit(...)` per
-request, answering a `Refused` with its `status`. `headers` is anything whose `items()` gives
-(name, value) pairs, repeats included. Clients send `read_token(service, home)` and get replies
-through `call(url, method, body, token)`, which maps refusals to Shipyard's errors.
+`Guard.start(service, home, bound_host)` once and put `shipyard.httpguard.asgi.guard_middleware`
+in front of the FastAPI app. Another framework calls `guard.check(method, headers)`,
+`guard.read_json(headers, read)` and `guard.audit(...)` per request, answering a `Refused` with
+its `status`; `headers` is anything whose `items()` gives (name, value) pairs, repeats included.
 """
 
 import contextlib
@@ -38,17 +36,12 @@ import socket
 import stat
 import threading
 import time
-import traceback
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlparse
 
-from shipyard.errors import Conflict, InvalidInput, NotFound, ShipyardError, StorageError
+from shipyard.errors import StorageError
 
 MAX_BODY = 1 << 20
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -279,145 +272,3 @@ def _header_map(headers: Headers) -> dict[str, str]:
 
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
-
-
-# http.server services
-
-
-_STATUS = {InvalidInput: 400, NotFound: 404, Conflict: 409}
-
-
-@dataclass(frozen=True)
-class Raw:
-    """A non-JSON reply from `GuardedHandler.route` (e.g. Prometheus text)."""
-
-    data: bytes
-    content_type: str
-
-
-class GuardedHandler(BaseHTTPRequestHandler):
-    """Every method goes through the guard, then `route`; errors become JSON replies.
-
-    `route` returns a JSON-able value (200) or `Raw`; a `ShipyardError` it raises becomes
-    400/404/409 with `{"error": message}`, anything else 500 (logged, never sent).
-    """
-
-    guard: Guard
-    timeout = 30  # seconds a client may stall; a slow sender cannot hold a thread for ever
-
-    def route(
-        self, method: str, parts: list[str], query: dict[str, list[str]], body: dict[str, Any]
-    ) -> Any:
-        raise NotImplementedError
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return  # quiet: mutations and refusals go to the audit log
-
-    def do_GET(self) -> None:
-        self._dispatch("GET")
-
-    def do_POST(self) -> None:
-        self._dispatch("POST")
-
-    def do_PUT(self) -> None:
-        self._dispatch("PUT")
-
-    def do_PATCH(self) -> None:
-        self._dispatch("PATCH")
-
-    def do_DELETE(self) -> None:
-        self._dispatch("DELETE")
-
-    def _dispatch(self, method: str) -> None:
-        url = urlparse(self.path)
-        status, reason = 500, ""
-        try:
-            self.guard.check(method, self.headers)
-            body: dict[str, Any] = {}
-            if method in MUTATIONS:
-                body = self.guard.read_json(self.headers, self.rfile.read)
-            parts = [p for p in url.path.split("/") if p]
-            result = self.route(method, parts, parse_qs(url.query), body)
-            status = 200
-        except Refused as exc:
-            status, reason, result = exc.status, exc.reason, {"error": exc.reason}
-        except ShipyardError as exc:
-            status = _STATUS.get(type(exc), 500)
-            result = {"error": str(exc)}
-        except Exception:  # a bug: say so without sending internals to the client
-            logging.getLogger(f"shipyard.{self.guard.service}").error(traceback.format_exc())
-            result = {"error": "internal error (see the service's log)"}
-        if method in MUTATIONS or reason:
-            self.guard.audit(method, self.path, self.client_address[0], status, reason)
-        self._send(status, result)
-
-    def _send(self, status: int, result: Any) -> None:
-        reply = result if isinstance(result, Raw) else Raw(_json(result), "application/json")
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", reply.content_type)
-            self.send_header("Content-Length", str(len(reply.data)))
-            self.send_header("X-Content-Type-Options", "nosniff")
-            if status == 401:
-                self.send_header("WWW-Authenticate", "Bearer")
-            self.end_headers()
-            self.wfile.write(reply.data)
-        except OSError:  # the client hung up: nobody is left to tell
-            self.close_connection = True
-
-
-def _json(payload: Any) -> bytes:
-    return json.dumps(payload).encode()
-
-
-# Clients
-
-_BY_STATUS: dict[int, type[ShipyardError]] = {
-    400: InvalidInput,
-    404: NotFound,
-    409: Conflict,
-    413: InvalidInput,
-    415: InvalidInput,
-}
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: Any) -> None:
-        return None  # a redirect would carry the token to another address
-
-
-# Never through a proxy (the token stays on this machine's loopback), never redirected.
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
-
-
-def call(url: str, method: str = "GET", body: Any = None, token: str | None = None) -> Any:
-    """One JSON request to a guarded service; its refusals come back as Shipyard's errors.
-
-    400/413/415 → InvalidInput, 404 → NotFound, 409 → Conflict; no answer, a refused token or
-    Host, or a server error → StorageError. Each message names the URL.
-    """
-    if urlparse(url).scheme not in ("http", "https"):
-        raise InvalidInput(f"service URL {url!r}: expected http://HOST:PORT/...")
-    headers = {"Accept": "application/json"}
-    data = None
-    if method in MUTATIONS:
-        headers["Content-Type"] = "application/json"
-        data = _json({} if body is None else body)
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    request = urllib.request.Request(url, data=data, method=method, headers=headers)
-    try:
-        with _OPENER.open(request, timeout=30) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        try:
-            message = json.loads(exc.read()).get("error", exc.reason)
-        except (ValueError, AttributeError, OSError):
-            message = exc.reason
-        kind = _BY_STATUS.get(exc.code, StorageError)
-        raise kind(f"{method} {url}: {exc.code} {message}") from None
-    except (urllib.error.URLError, OSError) as exc:
-        why = getattr(exc, "reason", exc)
-        raise StorageError(f"no answer from {url} ({why}): is the service running?") from None
-    except ValueError as exc:
-        raise StorageError(f"{method} {url}: reply is not JSON ({exc})") from None
