@@ -1,0 +1,78 @@
+"""Verifiers: `score(env, completion, entry) -> (reward, metadata)`, one per environment.
+
+A verifier that raises has not scored: the reward service reports an error and the trajectory is
+quarantined, never given 0. `arith` is reasoning-gym's own `score_answer`; `code` runs the
+completion against tests in a fresh sandbox (`shipyard.sandbox`); `planted-length` is a verifier
+that a long answer fools, kept to test the reward-hack alert.
+"""
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from shipyard.errors import InvalidInput
+from shipyard.rl.tasks import extract_answer
+
+Verifier = Callable[[str, dict[str, Any]], tuple[float, dict[str, Any]]]
+
+
+def _arith(completion: str, entry: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    from reasoning_gym.arithmetic.basic_arithmetic import BasicArithmeticDataset
+
+    if not isinstance(entry.get("answer"), str):
+        raise InvalidInput("arith entry has no string 'answer'")
+    answer = extract_answer(completion)
+    # score_answer reads only `entry["answer"]`; it does not need a dataset instance.
+    reward = BasicArithmeticDataset.score_answer(None, answer, entry)
+    return float(reward), {"answer": answer}
+
+
+_CODE_RUNNER = """
+import json, sys
+expr = open("solution.txt").read()
+tests = json.loads(open("tests.json").read())
+passed = 0
+for x, want in tests:
+    try:
+        passed += eval(expr, {"__builtins__": {}}, {"x": x}) == want
+    except Exception:
+        pass
+print(json.dumps({"passed": passed, "total": len(tests)}))
+"""
+
+
+def _code(completion: str, entry: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    from shipyard.sandbox import Limits, Outcome, create
+
+    tests = entry.get("tests")
+    if not isinstance(tests, list) or not tests:
+        raise InvalidInput("code entry has no 'tests' list")
+    with create(limits=Limits(memory_mib=128, pids=16, cpus=1.0)) as box:
+        box.put_files(
+            {
+                "run.py": _CODE_RUNNER.encode(),
+                "solution.txt": completion.encode(),
+                "tests.json": json.dumps(tests).encode(),
+            }
+        )
+        result = box.exec(["python3", "run.py"], timeout=5.0)
+    if result.outcome is not Outcome.OK:
+        # The candidate's fault (it ran too long, used too much): a real score of 0.
+        return 0.0, {"outcome": result.outcome.value}
+    report = json.loads(result.stdout)
+    return report["passed"] / report["total"], {"outcome": "ok", **report}
+
+
+def _planted_length(completion: str, entry: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    return (1.0 if len(completion) >= int(entry.get("fooled_at", 12)) else 0.0), {}
+
+
+VERIFIERS: dict[str, Verifier] = {"arith": _arith, "code": _code, "planted-length": _planted_length}
+
+
+def score(env: str, completion: str, entry: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    """The uniform scoring API; raises when the environment cannot score this trajectory."""
+    verifier = VERIFIERS.get(env)
+    if verifier is None:
+        raise InvalidInput(f"environment {env!r} has no verifier; known: {sorted(VERIFIERS)}")
+    return verifier(completion, entry)

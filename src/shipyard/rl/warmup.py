@@ -1,0 +1,67 @@
+"""The supervised warm-up that makes rewards start above zero, and held-out evaluation."""
+
+import random
+
+import torch
+from torch.nn import functional
+
+from shipyard.rl import verifiers
+from shipyard.rl.config import RLConfig
+from shipyard.rl.policy import pack, prompt_row, sample
+from shipyard.rl.tasks import EOS, PAD, arith_problem, decode, encode, target, think_length
+from shipyard.train.model import GPT
+
+
+def warmup(model: GPT, cfg: RLConfig) -> list[float]:
+    """`cfg.warmup.steps` steps of next-token loss on the completions only; the losses."""
+    rng = random.Random(cfg.seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.warmup.lr)
+    losses = []
+    model.train()
+    for step in range(cfg.warmup.steps):
+        rows, masks = [], []
+        for k in range(cfg.warmup.batch):
+            problem = arith_problem(cfg.task, 1_000_000 + step * cfg.warmup.batch + k)
+            prompt = prompt_row(encode(problem.prompt))
+            completion = [*encode(target(problem, think_length(cfg.task, rng))), EOS]
+            rows.append(prompt + completion)
+            masks.append([0] * len(prompt) + [1] * len(completion))
+        tokens, _ = pack(rows)
+        mask, _ = pack(masks)
+        logits = model(tokens[:, :-1])
+        loss_each = functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="none"
+        )
+        weight = (mask[:, 1:].reshape(-1) == 1).float() * (tokens[:, 1:].reshape(-1) != PAD).float()
+        loss = (loss_each * weight).sum() / weight.sum()
+        optimizer.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    model.eval()
+    return losses
+
+
+@torch.no_grad()
+def heldout_accuracy(model: GPT, cfg: RLConfig, samples: int = 4) -> float:
+    """Share of answers to held-out problems that the verifier scores 1, `samples` per problem
+    sampled at the rollout temperature with a fixed seed (pass@1: greedy decoding never leaves
+    a long-tailed thinking run)."""
+    model.eval()
+    problems = [arith_problem(cfg.task, i, heldout=True) for i in range(cfg.task.heldout)]
+    problems = [p for p in problems for _ in range(samples)]
+    rows = [prompt_row(encode(p.prompt)) for p in problems]
+    steps = sample(
+        model,
+        rows,
+        [0] * len(rows),
+        max_new=cfg.rollout.max_new_tokens,
+        budget=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        generator=torch.Generator().manual_seed(cfg.seed),
+    )
+    right = 0
+    for problem, step in zip(problems, steps, strict=True):
+        reward, _ = verifiers.score("arith", decode(step.tokens), problem.entry)
+        right += reward == 1.0
+    return right / len(problems)
