@@ -12,7 +12,8 @@ TICK_S = 0.25  # how often commands and a running canary are looked at
 
 
 def tick(ctrl: Controller) -> None:
-    ctrl.reap()
+    if ctrl.reap():
+        ctrl.last_change = time.monotonic()  # the cool-downs and the idle clock start again
     for key, command in ctrl.take_commands():
         try:
             if command.get("op") == "rollout":

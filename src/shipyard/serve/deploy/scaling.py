@@ -5,6 +5,7 @@ Signals: queue depth per tier and running requests summed over the current versi
 opens at each PUT, so at each scaling change); requests the activator turned away while at zero.
 """
 
+import math
 import time
 from typing import Any
 
@@ -35,7 +36,11 @@ def read_signals(ctrl: Controller, now: float) -> Signals:
     if total != memory.get("requests", 0) or waiting or running or any(queue.values()):
         memory["last_request"] = now
     memory["requests"] = total
-    idle = now - memory.setdefault("last_request", now)
+    # A replica that just started (scaled up, woken, replacing a dead one) gets the whole idle
+    # period to see traffic before it may be scaled to zero.
+    changed = -math.inf if ctrl.last_change is None else ctrl.last_change
+    quiet_since = max(memory.setdefault("last_request", now), changed)
+    idle = now - quiet_since
     return Signals(
         replicas=ctrl.count(),
         queue=queue,
