@@ -32,7 +32,7 @@ def item_text(task: Task, item: Item) -> str:
 class TaskIndex:
     task: str
     item_ids: list[str]
-    grams: list[np.ndarray]  # per item; empty when the item is shorter than n words
+    grams: list[np.ndarray]  # per item, less boilerplate; empty when shorter than n words
 
 
 class ContaminationIndex:
@@ -48,7 +48,7 @@ class ContaminationIndex:
                 ids.append(item.id)
                 long_enough = len(words(text)) >= n
                 grams.append(shingles(text, n) if long_enough else np.empty(0, np.uint64))
-            self.tasks.append(TaskIndex(task.name, ids, grams))
+            self.tasks.append(TaskIndex(task.name, ids, _without_boilerplate(grams)))
         every = [g for t in self.tasks for g in t.grams if len(g)]
         self.table = np.unique(np.concatenate(every)) if every else np.empty(0, np.uint64)
 
@@ -84,6 +84,17 @@ class ContaminationIndex:
                 }
             )
         return report
+
+
+def _without_boilerplate(grams: list[np.ndarray]) -> list[np.ndarray]:
+    """Drop n-grams that many of a task's items share (its instructions, a template's fixed
+    text): a corpus that quotes the instructions has not seen the items."""
+    sets = [np.unique(g) for g in grams]
+    if not any(len(g) for g in sets):
+        return sets
+    values, counts = np.unique(np.concatenate(sets), return_counts=True)
+    common = values[counts > max(2, len(grams) // 20)]
+    return [g[~np.isin(g, common)] for g in sets]
 
 
 def export_benchmarks(tasks: Sequence[Task], path: Path) -> int:
