@@ -1,5 +1,6 @@
 """Task files from outside (fuzzed), templates, built-in tasks, triggers and contamination."""
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -18,10 +19,8 @@ GOOD = b'{"id": "a", "question": "1+1?", "choices": ["1", "2"], "answer": 1}\n'
 @pytest.mark.fuzz
 @given(st.binary(max_size=400))
 def test_hostile_bytes_raise_only_our_errors(data: bytes) -> None:
-    try:
+    with contextlib.suppress(ShipyardError):
         parse_jsonl_task(data, "fuzz.jsonl")
-    except ShipyardError:
-        pass
 
 
 _json = st.recursive(
@@ -62,7 +61,7 @@ def test_hostile_records_raise_only_our_errors(records: list[dict[str, object]])
     ],
 )
 def test_bad_task_files_are_named(data: bytes, says: str) -> None:
-    with pytest.raises(InvalidInput, match="bad.jsonl") as raised:
+    with pytest.raises(InvalidInput, match=r"bad\.jsonl") as raised:
         parse_jsonl_task(data, "bad.jsonl")
     assert says in str(raised.value)
 
@@ -80,7 +79,7 @@ def test_file_content_is_part_of_the_task_version(tmp_path: Path) -> None:
 def test_templates_fill_fields_and_nothing_else() -> None:
     assert render("Q: {question} {question}", {"question": "x"}) == "Q: x x"
     assert render("{question.__class__}", {"question": "x"}) == "{question.__class__}"
-    with pytest.raises(InvalidInput, match="{other}"):
+    with pytest.raises(InvalidInput, match=r"\{other\}"):
         render("{other}", {"question": "x"})
 
 
