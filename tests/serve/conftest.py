@@ -16,11 +16,16 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from shipyard.serve.models import put_model_dir
 from shipyard.workspace import Workspace
+
+if TYPE_CHECKING:
+    from shipyard.serve.engine import GenRequest
+    from shipyard.serve.engine.request import Event
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
@@ -174,3 +179,29 @@ def start_replica() -> Iterator[Callable[..., Replica]]:
     yield start
     for replica in started:
         replica.stop()
+
+
+def collect(request: "GenRequest", timeout: float = 60.0) -> tuple[list[int], "Event"]:
+    """Every token id an engine request produced, and its last event (Done or Failed)."""
+    from shipyard.serve.engine import Token
+
+    tokens = []
+    while True:
+        event = request.events.get(timeout=timeout)
+        if not isinstance(event, Token):
+            return tokens, event
+        tokens.append(event.token_id)
+
+
+def reference_greedy(model: Any, ids: list[int], new_tokens: int) -> list[int]:
+    """What `model.generate` gives greedily for `ids` alone."""
+    import torch
+
+    with torch.no_grad():
+        out = model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones((1, len(ids)), dtype=torch.long),
+            max_new_tokens=new_tokens,
+            do_sample=False,
+        )
+    return [int(t) for t in out[0, len(ids) :]]
