@@ -61,7 +61,7 @@ def wait_for(check: Callable[[], Any], timeout: float = 60.0, what: str = "") ->
 @pytest.fixture(name="router")
 def router_fixture(shipyard_home: Path) -> Iterator[str]:
     """A router process under this test's `$SHIPYARD_HOME`."""
-    process = rp.start_router(shipyard_home / "serve" / "logs")
+    process = rp.start_router(shipyard_home)
     yield process.url
     rp.stop(process)
 

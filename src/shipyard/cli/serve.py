@@ -56,7 +56,7 @@ def _deploy(args: argparse.Namespace) -> int:
     home = shipyard_home()
     router = None
     if not args.router:
-        router = replicas.start_router(home / "serve" / "logs")
+        router = replicas.start_router(home)
     stop = threading.Event()
 
     def stopping(signum: int, frame: FrameType | None) -> None:

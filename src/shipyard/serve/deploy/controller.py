@@ -28,6 +28,7 @@ from shipyard.serve.deploy.state import Records, pid_alive
 from shipyard.workspace import Workspace
 
 START_TIMEOUT_S = 180.0
+EXTERNAL = "external"  # the version of an engine-openai deployment's server
 
 
 def version_of(artifact: str) -> str:
@@ -63,8 +64,13 @@ class Controller:
     # Life cycle
 
     def start(self) -> None:
-        """Claim the record, start `replicas.min` replicas of the spec's model, tell the router."""
-        artifact = self.resolve_model(self.spec.model)
+        """Claim the record, start `replicas.min` replicas of the spec's model, tell the router.
+
+        Engine openai: the server at `engine.url` is the one replica, under version "external";
+        it owns its model, so there is nothing to start, scale or roll out.
+        """
+        external = self.spec.engine.kind == "openai"
+        artifact = EXTERNAL if external else self.resolve_model(self.spec.model)
         with self.records.locked(self.spec.name):
             try:
                 old = self.records.read(self.spec.name)
@@ -78,7 +84,12 @@ class Controller:
             self.current = version_of(artifact)
             self.artifacts[self.current] = artifact
             self.records.write(self.spec.name, self.snapshot(commands=old.get("commands", {})))
-        self.grow(self.current, self.spec.replicas.min)
+        if external:
+            url = str(self.spec.engine.url).rstrip("/")
+            server = rp.Replica(f"{self.spec.name}-external", EXTERNAL, EXTERNAL, None, url)
+            self.replicas[EXTERNAL] = [server]
+        else:
+            self.grow(self.current, self.spec.replicas.min)
         self.push()
         self.save()
 
@@ -110,13 +121,14 @@ class Controller:
         if count <= 0:
             return
         artifact = self.artifacts[version]
-        logs = self.home / "serve" / "logs"
         launched = []
         for _ in range(count):
             self._serial += 1
             name = f"{self.spec.name}-{version}-{self._serial}"
             command = rp.replica_command(self.spec, artifact, name)
-            launched.append(rp.launch(command, name, version, artifact, logs))
+            launched.append(
+                rp.launch(command, name, version, artifact, rp.logs_dir(self.home), self.home)
+            )
         with ThreadPoolExecutor(len(launched)) as pool:
             waits = [pool.submit(rp.wait_listening, r, self.start_timeout_s) for r in launched]
             errors = [w.exception() for w in waits if w.exception()]

@@ -60,10 +60,14 @@ def replica_command(spec: DeploymentSpec, artifact: str, name: str) -> list[str]
     return command
 
 
-def launch(command: list[str], name: str, version: str, artifact: str, logs: Path) -> Replica:
-    """Start a replica process (one thread for torch); its stderr goes to `logs/<name>.log`."""
+def launch(
+    command: list[str], name: str, version: str, artifact: str, logs: Path, home: Path
+) -> Replica:
+    """Start a replica process on `home`'s workspace, one thread for torch, nothing from a hub;
+    its stderr goes to `logs/<name>.log`."""
     logs.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, "SHIPYARD_HOME": str(home), "OMP_NUM_THREADS": "1"}
+    env.update(MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     with (logs / f"{name}.log").open("ab") as log:
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
@@ -141,7 +145,11 @@ def complete(url: str, body: dict[str, Any], timeout: float = 120.0) -> str:
         raise StorageError(f"{url}/v1/completions: no usable answer ({exc})") from None
 
 
-def start_router(logs: Path, timeout: float = 60.0) -> Replica:
+def start_router(home: Path, timeout: float = 60.0) -> Replica:
     """A router process (`python -m shipyard.serve.router`) on a free loopback port."""
     command = [sys.executable, "-m", "shipyard.serve.router", "--port", "0"]
-    return wait_listening(launch(command, "router", "", "", logs), timeout)
+    return wait_listening(launch(command, "router", "", "", logs_dir(home), home), timeout)
+
+
+def logs_dir(home: Path) -> Path:
+    return home / "serve" / "logs"

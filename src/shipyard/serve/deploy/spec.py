@@ -178,8 +178,14 @@ def _engine(data: Any, where: str) -> Engine:
         if engine.url is None:
             raise InvalidInput(f"{where}: engine openai needs url: http://HOST:PORT")
         parsed = urlparse(engine.url)
-        if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise InvalidInput(f"{where}.url {engine.url!r}: expected http(s)://HOST:PORT")
+        try:
+            port = parsed.port
+        except ValueError:
+            port = None
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or port is None:
+            raise InvalidInput(f"{where}.url {_show(engine.url)}: expected http(s)://HOST:PORT")
+        if parsed.path not in ("", "/") or parsed.query or parsed.username is not None:
+            raise InvalidInput(f"{where}.url {_show(engine.url)}: the server's root, no path")
     elif engine.url is not None:
         raise InvalidInput(f"{where}.url: only engine openai takes a url")
     for knob in ("max_batch", "kv_cache_mib"):

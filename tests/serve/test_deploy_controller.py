@@ -1,0 +1,77 @@
+"""The controller and CLI around it, without a model: an OpenAI-compatible server plugged in by
+URL (the router tests' stand-in replica), refusals named with exit codes, the record."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from shipyard.errors import Conflict
+from shipyard.serve.deploy.controller import Controller
+from shipyard.serve.deploy.spec import parse_spec
+
+from .deploy_support import Running, cli, complete, router_fixture  # noqa: F401
+from .router_stub import Proc, start_stub
+
+
+@pytest.fixture
+def external() -> Any:
+    stub: Proc = start_stub("ext")
+    yield stub.url
+    stub.stop()
+
+
+def test_openai_engine_is_routed_by_url_and_refuses_a_rollout(
+    shipyard_home: Path, router: str, external: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = f"name: ext\nmodel: served-elsewhere\nengine: {{kind: openai, url: '{external}'}}\n"
+    running = Running(spec, router, shipyard_home)
+    try:
+        reply = complete(router, "Hello", model="ext")
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["choices"][0]["text"].startswith("ext")
+
+        assert cli("status", "--json") == 0
+        records = json.loads(capsys.readouterr().out)
+        assert [r["name"] for r in records] == ["ext"] and records[0]["status"] == "running"
+        assert records[0]["replicas"]["external"][0]["url"] == external
+
+        assert cli("rollout", "ext", "--to", "anything") == 2
+        assert "needs engine transformers" in capsys.readouterr().out
+
+        with pytest.raises(Conflict, match="already has a controller"):
+            Controller(parse_spec(spec), router, shipyard_home).start()
+    finally:
+        running.close()
+    assert cli("status", "ext") == 0
+    assert "ext: stopped" in capsys.readouterr().out
+    assert httpx.get(f"{router}/admin/deployments/ext", timeout=10).status_code in (401, 404)
+    assert cli("rollout", "ext", "--to", "x") == 2  # no running controller to ask
+    assert "no running controller" in capsys.readouterr().out
+
+
+def test_cli_refusals_name_what_and_exit_by_kind(
+    shipyard_home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli("status", "nope") == 4
+    assert "no deployment named 'nope'" in capsys.readouterr().out
+    assert cli("status") == 0 and "no deployments" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: chat\nmodel: tiny\nreplicas: {min: 4, max: 2}\n")
+    assert cli("deploy", str(bad)) == 2
+    assert "replicas: min 4, max 2" in capsys.readouterr().out
+    assert cli("rollback", "BAD NAME") == 2
+
+
+def test_unknown_model_is_refused_before_anything_starts(
+    shipyard_home: Path, workspace: Any, router: str
+) -> None:
+    from shipyard.errors import NotFound
+
+    with pytest.raises(NotFound, match="no artifact or alias named 'ghost'"):
+        Controller(parse_spec("name: chat\nmodel: ghost\n"), router, shipyard_home).start()
+    assert not (shipyard_home / "serve/logs").exists() or not any(
+        p.name.startswith("chat-") for p in (shipyard_home / "serve/logs").iterdir()
+    )
