@@ -2,6 +2,9 @@
 URL (the router tests' stand-in replica), refusals named with exit codes, the record."""
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +78,43 @@ def test_unknown_model_is_refused_before_anything_starts(
     assert not (shipyard_home / "serve/logs").exists() or not any(
         p.name.startswith("chat-") for p in (shipyard_home / "serve/logs").iterdir()
     )
+
+
+# `shipyard serve deploy` as its own process, through this module's `register` (the line the
+# lead adds to cli/main.py makes it `shipyard serve deploy`).
+DEPLOY = (
+    "import argparse, sys\n"
+    "from shipyard.cli import serve\n"
+    "parser = argparse.ArgumentParser()\n"
+    "serve.register(parser.add_subparsers())\n"
+    "args = parser.parse_args(sys.argv[1:])\n"
+    "sys.exit(args.func(args))\n"
+)
+
+
+def test_deploy_process_starts_its_router_and_stops_cleanly_on_sigterm(
+    shipyard_home: Path, external: str, tmp_path: Path
+) -> None:
+    spec = tmp_path / "ext.yaml"
+    spec.write_text(f"name: ext\nmodel: elsewhere\nengine: {{kind: openai, url: '{external}'}}\n")
+    process = subprocess.Popen(
+        [sys.executable, "-c", DEPLOY, "serve", "deploy", str(spec)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first.startswith("deployment ext: 1 replica(s) of external behind http://"), first
+        router = first.split(" behind ")[1].split()[0]
+        assert complete(router, "Hi", model="ext").status_code == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    record = json.loads((shipyard_home / "serve/deployments/ext.json").read_text())
+    assert record["status"] == "stopped" and record["router"] == router
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{router}/v1/models", timeout=5)  # its router went with it
