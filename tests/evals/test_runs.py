@@ -130,3 +130,13 @@ def test_batched_loglikelihoods_equal_unbatched(tiny_dirs: Callable[[int], Path]
     batched = engine.loglikelihoods(pairs, batch_size=5)
     for one, many in zip(alone, batched, strict=True):
         assert abs(one.logprob - many.logprob) < 1e-4 and one.greedy == many.greedy
+    # and both equal the plain full-logits computation
+    import torch
+
+    context, continuation = engine.encode_pair(*pairs[0])
+    ids = torch.tensor([context + continuation])
+    with torch.no_grad():
+        logits = engine.model(input_ids=ids).logits[0].log_softmax(-1)
+    positions = range(len(context) - 1, len(context) + len(continuation) - 1)
+    plain = sum(float(logits[p, t]) for p, t in zip(positions, continuation, strict=True))
+    assert abs(plain - batched[0].logprob) < 1e-4

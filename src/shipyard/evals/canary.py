@@ -99,6 +99,8 @@ def _scores(queue: Queue, model_id: str, refs: Sequence[str], work: Work) -> dic
     planned = plan(queue, model_id, refs)
     work(model_id)
     store = ResultStore(queue.db)
+    for ref, p in zip(refs, planned, strict=True):  # a new judge scores the stored outputs
+        store.rescore(get_task(ref), p.run_key)
     return {
         ref: float(summarize(store, store.run(p.run_key))["mean"])
         for ref, p in zip(refs, planned, strict=True)

@@ -37,6 +37,10 @@ class Engine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
         self.model.train(False)
+        self.decoder = self.model.get_decoder()  # type: ignore[no-untyped-call]
+        self.head = self.model.get_output_embeddings()  # type: ignore[no-untyped-call]
+        if self.head is None:
+            raise InvalidInput(f"{model_dir}: the model has no output embeddings to score with")
         self.max_length = int(getattr(self.model.config, "max_position_embeddings", 2048))
         eos = self.tokenizer.eos_token_id
         self.eot = int(eos if eos is not None else 0)
@@ -76,15 +80,24 @@ class Engine:
         for n, row in enumerate(rows):
             ids[n, : len(row)] = torch.tensor(row)
             mask[n, : len(row)] = 1
+        # The continuation's tokens are predicted by the last len(cont) real positions of each
+        # row: only those go through the output layer (a 49k-word vocabulary makes it the
+        # costliest matrix product of a small model), the rest of the positions never do.
+        spans = [
+            (n, len(row) - len(cont), len(row))
+            for n, (row, (_, cont)) in enumerate(zip(rows, batch, strict=True))
+        ]
         with torch.no_grad():
-            logits = self.model(input_ids=ids, attention_mask=mask).logits
-        scores = []
-        for n, (row, (_, cont)) in enumerate(zip(rows, batch, strict=True)):
-            # the continuation's tokens are predicted by the last len(cont) real positions
-            picked = logits[n, len(row) - len(cont) : len(row)].float().log_softmax(-1)
+            hidden = self.decoder(input_ids=ids, attention_mask=mask).last_hidden_state
+            picked = torch.cat([hidden[n, a:b] for n, a, b in spans])
+            logprobs = self.head(picked).float().log_softmax(-1)
+        scores, at = [], 0
+        for _, cont in batch:
+            mine = logprobs[at : at + len(cont)]
+            at += len(cont)
             target = torch.tensor(cont)
-            logprob = picked.gather(1, target[:, None]).sum().item()
-            greedy = bool((picked.argmax(-1) == target).all())
+            logprob = mine.gather(1, target[:, None]).sum().item()
+            greedy = bool((mine.argmax(-1) == target).all())
             scores.append(LogLikelihood(float(logprob), greedy))
         return scores
 

@@ -1,0 +1,79 @@
+"""`shipyard eval ...` through its argument parser, and the harness canary."""
+
+import argparse
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shipyard.cli import evals as cli
+from shipyard.evals import CanaryMoved, canary, work
+from shipyard.evals import scoring as scoring_module
+from shipyard.evals import store as store_module
+from shipyard.queue import Queue
+from shipyard.workspace import Workspace
+
+
+def shipyard(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="shipyard")
+    cli.register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    result: int = args.func(args)
+    return result
+
+
+def test_run_status_report_compare_and_alert(
+    put_tiny: Callable[[int], str], capsys: pytest.CaptureFixture[str], workspace: Workspace
+) -> None:
+    a, b = put_tiny(0), put_tiny(1)
+    workspace.move_alias("ckpt-a", a)
+    assert shipyard("eval", "run", "ckpt-a", "--tasks", "arith-mc", "--limit", "8") == 0
+    assert shipyard("eval", "run", b, "--tasks", "arith-mc", "--limit", "8", "--report") == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("arith-mc") and "n=8/8" in out[0]
+    report_id = out[-1]
+    assert workspace.catalog.get_artifact(report_id).kind == "eval-report"  # type: ignore[union-attr]
+    assert shipyard("eval", "status") == 0
+    status = capsys.readouterr().out
+    assert "8/8 done" in status and "done 8" in status
+    assert shipyard("eval", "report", "ckpt-a") == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["scored"] == 8
+    assert shipyard("eval", "compare", "ckpt-a", b) == 0
+    diff = json.loads(capsys.readouterr().out)
+    assert diff["task"] == "arith-mc" and diff["difference"]["n"] == 8
+    code = shipyard("eval", "alert", b, "ckpt-a", "ckpt-a", "--task", "arith-mc")
+    said = capsys.readouterr().out
+    assert (code == 1) == said.startswith("regression")
+
+
+def test_canary_skips_when_nothing_changed_and_blocks_a_moved_score(
+    queue: Queue,
+    workspace: Workspace,
+    put_tiny: Callable[[int], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reference = put_tiny(0)
+    path = tmp_path / "canary.json"
+
+    def run(model: str) -> None:
+        work(queue, workspace, model)
+
+    recorded = canary.record(queue, reference, ["arith-mc"], run, path)
+    assert not canary.check(queue, path, run).ran  # nothing changed: nothing re-run
+    # a new judge version with the same verdicts re-runs (re-scores) and holds
+    monkeypatch.setitem(scoring_module.JUDGE_VERSIONS, "mc", "2")
+    held = canary.check(queue, path, run)
+    assert held.ran and held.scores == recorded
+    # a judge whose verdicts moved blocks the change
+
+    def inverted(task: Any, item: Any, output: dict[str, Any]) -> scoring_module.Score:
+        right = scoring_module.score(task, item, output)
+        return scoring_module.Score(1.0 - right.value, right.outcome)
+
+    monkeypatch.setitem(scoring_module.JUDGE_VERSIONS, "mc", "3")
+    monkeypatch.setattr(store_module, "score", inverted)
+    with pytest.raises(CanaryMoved, match="arith-mc"):
+        canary.check(queue, path, run)
