@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from transformers import DynamicCache
@@ -242,7 +242,7 @@ class Engine:
         gone = {i for i, r in enumerate(self._rows) if r.request.cancelled.is_set()}
         if gone:
             for i in gone:
-                self._finish(self._rows[i], None)
+                self._finish(self._rows[i], Failed(499, "cancelled by the client"))
             self._drop_rows(gone)
             if not self._rows:
                 return
@@ -295,17 +295,12 @@ class Engine:
             return True
         return False
 
-    def _finish(self, row: _Row, outcome: "str | Failed | None") -> None:
+    def _finish(self, row: _Row, outcome: "Literal['stop', 'length'] | Failed") -> None:
         request = row.request
         if isinstance(outcome, Failed):
             request.events.put(outcome)
-            self.metrics.requests.labels(
-                request.tier, "preempted" if outcome.status == 503 else "error"
-            ).inc()
-        elif outcome in ("stop", "length"):
-            request.events.put(
-                Done(outcome, len(request.prompt_ids), row.generated, row.cached)  # type: ignore[arg-type]
-            )
-            self.metrics.requests.labels(request.tier, "ok").inc()
-        else:
-            self.metrics.requests.labels(request.tier, "cancelled").inc()
+            kind = {503: "preempted", 499: "cancelled"}.get(outcome.status, "error")
+            self.metrics.requests.labels(request.tier, kind).inc()
+            return
+        request.events.put(Done(outcome, len(request.prompt_ids), row.generated, row.cached))
+        self.metrics.requests.labels(request.tier, "ok").inc()
