@@ -12,17 +12,13 @@ import pytest
 from shipyard.distribute.blame import ORIGIN_AFTER_FAILURES, RETRACT_FOR, STANDING_STRIKES, Blame
 from shipyard.distribute.claims import Claims, PartialSources
 from shipyard.distribute.metrics import Metrics
-from shipyard.distribute.transfer import (
-    RATE_GRACE,
-    Aborted,
-    Lane,
-    PeerFault,
-    PieceCall,
-    piece_request,
-)
+from shipyard.distribute.piece_call import RATE_GRACE, Aborted, PieceCall
+from shipyard.distribute.shortfall import PAROLE, RATIO, SHORTFALLS, WINDOW
+from shipyard.distribute.transfer import Lane, PeerFault, piece_request
 from shipyard.distribute.wire import encode
 
 from .conftest import BytesSink, read_request
+from .rawwire import wait_until
 
 A, B = "10.0.0.1:7000", "10.0.0.2:7000"
 ART = "ab" * 32
@@ -51,7 +47,7 @@ def test_a_failed_claim_is_disbelieved_for_a_while_and_strikes_add_up_to_blame()
 def test_delivered_pieces_earn_strikes_back() -> None:
     blame = blame_at([0.0])
     for index in range(10):  # a failure, then a good piece, over and over: under 50% failing
-        blame.claim_failed(A, ART, index, "stalled", "no bytes")
+        blame.claim_failed(A, ART, index, "truncated", "reset")
         blame.delivered(A)
     assert A not in blame
 
@@ -79,6 +75,85 @@ def test_a_peers_words_reach_the_log_without_control_characters(
     blame.lose_standing(A, "refused", "not here\npeer 10.0.0.9:7000: blamed \x1b[31mnobody")
     [line] = capsys.readouterr().err.splitlines()  # one line, whatever the peer said
     assert "\x1b" not in line and blame.report()[0]["detail"].count("?") == 2
+
+
+def others_deliver(blame: Blame, pieces: int = SHORTFALLS, nbytes: int = 1 << 20) -> None:
+    for _ in range(pieces):
+        blame.received(B, nbytes)
+        blame.delivered(B)
+
+
+def fall_short(blame: Blame, peer: str, pieces: range, nbytes: int = 41) -> None:
+    for index in pieces:
+        blame.received(peer, nbytes)
+        blame.claim_failed(peer, ART, index, "slow", f"{nbytes} bytes in 1.5 s")
+
+
+def test_a_trickle_loses_standing_on_repeated_shortfalls_for_a_while() -> None:
+    now = [0.0]
+    blame = blame_at(now)
+    others_deliver(blame)
+    fall_short(blame, A, range(1))
+    fall_short(blame, A, range(1))  # the same piece again: one shortfall, not two
+    assert A not in blame and blame.retracted(A, ART) == 1
+    fall_short(blame, A, range(1, SHORTFALLS))
+    assert A in blame
+    [verdict] = blame.report()
+    assert verdict["reason"] == "slow" and verdict["until"] is not None
+    assert blame.metrics.values["shipyard_peer_blamed_peers"][()] == 1
+    now[0] = PAROLE + 1  # slowness is no proof: asked again, on a fresh record
+    assert A not in blame and blame.report()[0]["standing"] is True
+    assert blame.metrics.values["shipyard_peer_blamed_peers"][()] == 0
+    others_deliver(blame)
+    fall_short(blame, A, range(SHORTFALLS - 1))
+    assert A not in blame
+    fall_short(blame, A, range(SHORTFALLS - 1, SHORTFALLS))
+    assert A in blame  # the same terms again
+    blame.corrupt([A], ART, 9, "bytes do not match")  # proof outlasts any parole
+    now[0] += PAROLE + 1
+    assert A in blame and blame.report()[0]["until"] is None
+
+
+def test_slowness_costs_no_standing_without_evidence_against_the_peer_itself() -> None:
+    """A peer that sent a fair share between its stalls, a host that received from nobody,
+    and shortfalls spread wider than the window: none is blamed."""
+    now = [0.0]
+    sent_its_share = blame_at(now)
+    others_deliver(sent_its_share, nbytes=RATIO * 1000)
+    # 2000 bytes a reply: at its third shortfall, 6000 against 192 000, over a 64th of it
+    fall_short(sent_its_share, A, range(5), nbytes=2000)
+    assert A not in sent_its_share
+
+    starved_host = blame_at(now)
+    fall_short(starved_host, A, range(5))
+    assert A not in starved_host
+
+    spread = blame_at(now)
+    for index in range(5):
+        others_deliver(spread)
+        fall_short(spread, A, range(index, index + 1))
+        now[0] += WINDOW / 2 + 0.1  # never three within the window
+    assert A not in spread
+    assert spread.metrics.values["shipyard_peer_claim_failures_total"][(("reason", "slow"),)] == 5
+
+
+def test_a_reply_still_in_the_kernel_counts_as_progress() -> None:
+    """A reply is read a whole chunk at a time: the bytes the kernel holds count too, so a
+    steady reply is not taken for a trickle before its first chunk is read."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        requester = socket.create_connection(listener.getsockname())
+        sender, _ = listener.accept()
+        with requester, sender:
+            call, idle = PieceCall(min_rate=16 * 1024), PieceCall(min_rate=16 * 1024)
+            call.attach(requester)
+            sender.sendall(b"x" * 100_000)
+            wait_until(lambda: call.received() == 100_000, what="the bytes to arrive")
+            assert call.got == 0  # nothing read yet
+            assert call.active_since is not None
+            assert not call.too_slow(call.active_since + 2 * RATE_GRACE)
+            idle.attach(requester)
+            assert idle.active_since is not None
+            assert idle.too_slow(idle.active_since + RATE_GRACE)
 
 
 def test_partial_sources_know_who_wrote_kept_bytes_only_within_this_run() -> None:

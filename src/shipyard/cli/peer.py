@@ -5,6 +5,7 @@ import argparse
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         type=float,
         default=DaemonConfig.min_transfer_rate / 1024,
         metavar="N",
-        help="KiB/s a piece must average after 1.5 s, or its sender is cut off and blamed "
+        help="KiB/s a piece must average after 1.5 s, or it is cut off (slow: see the docs) "
         "(default: %(default)s; 0: no floor)",
     )
     serve.add_argument(
@@ -189,5 +190,9 @@ def render_status(reply: dict[str, Any]) -> str:
         if held.get("origin_error"):
             lines.append(f"  origin: {held['origin_error']}")
     for blamed in reply.get("blamed", []):
-        lines.append(f"blamed {blamed['peer']} ({blamed['reason']}): {blamed['detail']}")
+        why = blamed["reason"]
+        if blamed.get("until") is not None:  # a verdict of slowness, which lapses
+            until = time.strftime("%H:%M:%S", time.gmtime(blamed["until"]))
+            why += ", lapsed" if blamed.get("standing") else f", until {until} UTC"
+        lines.append(f"blamed {blamed['peer']} ({why}): {blamed['detail']}")
     return "\n".join(lines)

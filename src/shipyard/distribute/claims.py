@@ -10,7 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from shipyard.distribute.blame import ORIGIN_AFTER_FAILURES, Blame
-from shipyard.distribute.transfer import ORIGIN, RATE_GRACE, Aborted, LaneReset, Transfer
+from shipyard.distribute.piece_call import RATE_GRACE, Aborted
+from shipyard.distribute.transfer import ORIGIN, LaneReset, Transfer
 from shipyard.store.partial import MemorySink, PieceSink, SinkError
 
 # Seconds a request a hedged twin outran must have had for its rate to count: a trickle would
@@ -58,7 +59,7 @@ class Claims:
         call = transfer.call
         if call is None or call.aborted or not call.too_slow(now, grace):
             return False
-        detail = f"peer {transfer.source}: {call.got} bytes in {transfer.age(now):.1f} s"
+        detail = f"peer {transfer.source}: {call.received()} bytes in {transfer.age(now):.1f} s"
         self.failed(index, transfer.source, "slow", f"{detail}, below the minimum rate")
         return True
 

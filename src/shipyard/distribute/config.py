@@ -71,7 +71,7 @@ class DaemonConfig:
     # a few to each other it talks to, and idle ones make room for new ones beyond this.
     max_connections: int = 256
     swarm_key_file: str | None = None  # a shared secret that refuses strangers (`swarm_key`)
-    # Bytes per second a piece reply must average once it has had `transfer.RATE_GRACE`
+    # Bytes per second a piece reply must average once it has had `piece_call.RATE_GRACE`
     # seconds: a sender trickling bytes is cut off and blamed (see `blame`). Far below any
     # working link's share (1 MiB pieces cross a shared 100 Mbit/s uplink at ~1.5 MB/s), and
     # below one flow of twelve on an uplink capped at 2 Mbit/s (`upload_limit_bps`).

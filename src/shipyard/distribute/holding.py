@@ -38,17 +38,10 @@ from shipyard.distribute.picker import (
     rarest_first,
     upstream_picks,
 )
+from shipyard.distribute.piece_call import Aborted, PieceCall
 from shipyard.distribute.relay import RelayPlan
 from shipyard.distribute.sources import Sources
-from shipyard.distribute.transfer import (
-    ORIGIN,
-    Aborted,
-    LaneReset,
-    PeerFault,
-    PieceCall,
-    Transfer,
-    piece_request,
-)
+from shipyard.distribute.transfer import ORIGIN, LaneReset, PeerFault, Transfer, piece_request
 from shipyard.distribute.wire import Header, PeerBusy, PeerGone
 from shipyard.errors import IntegrityError, ShipyardError
 from shipyard.store import Manifest
@@ -326,6 +319,7 @@ class Holding:
 
     async def _transfer(self, index: int, source: str, call: PieceCall | None, lane: int) -> None:
         requested = time.monotonic()
+        received = 0
         try:
             received, kept = await self._download(index, source, call, lane)
         except SinkError as exc:  # this peer's own disk, not the sender's fault
@@ -364,6 +358,7 @@ class Holding:
                 self.ctx.peer_failed(source, gone=isinstance(exc, PeerGone))
             return
         finally:
+            self.ctx.blame.received(source, call.received() if call else received)
             self.ctx.load[source] -= 1
             self._forget(index, source)
             self.ctx.changed.set()
@@ -437,9 +432,8 @@ class Holding:
         if self._relay is not None:
             self._news.tell(self._relay[1].downstream)
         kind = "origin" if source == ORIGIN else "peer"
-        if source != ORIGIN:
-            self.ctx.blame.delivered(source)
-        elif self.ctx.alone:
+        self.ctx.blame.delivered(source)  # the origin's pieces show this host receives too
+        if source == ORIGIN and self.ctx.alone:
             self.ctx.origin_bytes_alone += nbytes
         self.bytes_from[kind] += nbytes
         self.sources.add(source, nbytes)

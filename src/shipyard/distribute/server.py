@@ -30,7 +30,10 @@ from shipyard.errors import InvalidInput, NotFound, ShipyardError
 from shipyard.store import LocalBackend
 from shipyard.store.pieces import manifest_key, piece_key
 
-_SLICE = 256 << 10
+# Bytes a capped uplink (`upload_limit_bps`) sends of one reply before the next reply's turn:
+# small, so replies share it as a link shares its flows. Whole pieces in turn made the last of
+# a few queued replies wait seconds for its first byte, and cut off as slow (see `shortfall`).
+_SLICE = 32 << 10
 _METRICS_LINE = re.compile(rb"GET /metrics(\?[!-~]*)? HTTP/1\.[01]")
 
 Handler = Callable[[Header, asyncio.StreamWriter], Awaitable[None]]

@@ -25,12 +25,11 @@ import select
 import socket
 import struct
 import threading
-import time
-from contextlib import suppress
 from dataclasses import dataclass
 
 from shipyard.distribute.config import Address
 from shipyard.distribute.membership import encode_bits
+from shipyard.distribute.piece_call import Aborted, PieceCall, TooSlow
 from shipyard.distribute.swarm_key import SwarmKey
 from shipyard.distribute.wire import (
     Header,
@@ -46,9 +45,6 @@ from shipyard.errors import InvalidInput
 from shipyard.store.partial import CHUNK, PieceSink, SinkError
 
 ORIGIN = "origin"  # a transfer's source when it is the origin, not a peer (and so in traces)
-# Seconds a reply may take before its average rate is held to the minimum: enough for a
-# sender's thread on a starved host to be scheduled, short next to a trickle's cost.
-RATE_GRACE = 1.5
 
 
 def piece_request(
@@ -78,10 +74,6 @@ class LaneReset(PeerUnavailable):
     behind it, was lost with the connection. Not the peer's fault: ask again."""
 
 
-class Aborted(PeerUnavailable):
-    """This host called the request off (a twin stored the piece, the daemon is stopping)."""
-
-
 class PeerFault(PeerUnavailable):
     """The peer failed a piece it was asked for, by its own doing: `reason` is one of
     `blame.REASONS` (refused, truncated, stalled, slow; corrupt for a malformed reply)."""
@@ -89,54 +81,6 @@ class PeerFault(PeerUnavailable):
     def __init__(self, reason: str, message: str) -> None:
         super().__init__(message)
         self.reason = reason
-
-
-class _TooSlow(Exception):
-    """A reply's bytes came slower than the call's minimum rate."""
-
-
-class PieceCall:
-    """One piece request; `abort()` may come from any thread, before or during the transfer.
-    `active_since` is when its reply started to be read (None while it waits its turn), `got`
-    the bytes read since. `min_rate` (bytes per second, 0: none) is the floor its average rate
-    is held to once it has had `RATE_GRACE` seconds."""
-
-    def __init__(self, min_rate: float = 0.0) -> None:
-        self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
-        self.aborted = False
-        self.active_since: float | None = None
-        self.got = 0
-        self.min_rate = min_rate
-
-    def attach(self, sock: socket.socket) -> None:
-        with self._lock:
-            if self.aborted:
-                raise Aborted("request aborted")
-            self._sock = sock
-            self.active_since = time.monotonic()
-
-    def note(self, count: int) -> None:
-        """`count` more bytes came; raises `_TooSlow` once the reply is below the floor."""
-        self.got += count
-        if self.too_slow(time.monotonic()):
-            raise _TooSlow(
-                f"{self.got} bytes in {time.monotonic() - (self.active_since or 0):.1f} s"
-            )
-
-    def too_slow(self, now: float, grace: float = RATE_GRACE) -> bool:
-        """Whether the reply, read for at least `grace` seconds, averages under the floor."""
-        since = self.active_since
-        if not self.min_rate or since is None or now - since < grace:
-            return False
-        return self.got < self.min_rate * (now - since)
-
-    def abort(self) -> None:
-        with self._lock:
-            self.aborted = True
-            if self._sock is not None:
-                with suppress(OSError):
-                    self._sock.shutdown(socket.SHUT_RDWR)
 
 
 @dataclass
@@ -194,7 +138,7 @@ class Lane:
             sock, ticket, may_be_stale = self._send(request)
             try:
                 reply = self._read_reply(call, sock, ticket, sink)
-            except _TooSlow as exc:
+            except TooSlow as exc:
                 raise self._fault(call, "slow", f"below the minimum rate: {exc}") from None
             except (ConnectionError, EOFError) as exc:
                 if attempt == 0 and may_be_stale and not call.aborted and not sink.received:
