@@ -3,8 +3,10 @@
 A replica that fails before the router has forwarded any byte of its answer (connection refused
 or reset, a 502/503/504, a stream that breaks before its first chunk, an unstreamed answer cut
 short) costs nothing but time: the request goes to another replica of the same version, each
-replica tried at most once. Once bytes have reached the client, a failure ends the stream with
-one SSE error event, `data: {"error": {"type": "replica_failed", ...}}`, and no `[DONE]`.
+replica tried at most once. Once bytes have reached the client, a failure (a broken connection,
+or an SSE stream that ends without `[DONE]`, which is how a replica that closes its connection
+to end a stream dies) ends the stream with one SSE error event,
+`data: {"error": {"type": "replica_failed", ...}}`, and no `[DONE]`.
 """
 
 import asyncio
@@ -285,16 +287,28 @@ class Relay:
         self.text = StreamText() if not primary.done() else None
         self.error = False
         self.finished = False
+        self.tail = b""
+        self.sse = opened.upstream.headers.get("content-type", "").startswith("text/event-stream")
 
     async def chunks(self) -> AsyncIterator[bytes]:
+        why = ""
         try:
             if self.opened.first:
                 yield self._seen(self.opened.first)
             async for chunk in self.opened.rest:
                 yield self._seen(chunk)
+            # A replica may end its stream by closing the connection, so a death looks like an
+            # end: only `[DONE]` says the answer is whole.
+            if self.sse and b"[DONE]" not in self.tail:
+                why = f"{self.state.name}: the stream ended before [DONE]"
+                self.state.mark_down(why)
         except httpx.HTTPError as exc:
-            self.error = True
             why = self.forwarder._failed(self.state, exc, "mid-stream")
+        finally:
+            if why:
+                self.error = True
+            await self.finish()
+        if why:
             event = {
                 "error": {
                     "type": "replica_failed",
@@ -303,10 +317,9 @@ class Relay:
                 }
             }
             yield f"data: {json.dumps(event)}\n\n".encode()
-        finally:
-            await self.finish()
 
     def _seen(self, chunk: bytes) -> bytes:
+        self.tail = (self.tail + chunk)[-64:]
         if self.text is not None:
             self.text.feed(chunk)
         return chunk
