@@ -83,10 +83,6 @@ class AdapterSet:
         if name in self.loaded:
             self.loaded.move_to_end(name)
             return
-        while len(self.loaded) >= self.max_loaded:
-            victim = next(n for n in self.loaded if n not in busy)
-            del self.loaded[victim]
-            self.model.delete_adapter(victim)
         path = self._paths[name]
         if not hasattr(self.model, "peft_config"):
             from peft import PeftModel
@@ -94,8 +90,14 @@ class AdapterSet:
             self.model = PeftModel.from_pretrained(self.model, str(path), adapter_name=name)
         else:
             self.model.load_adapter(str(path), adapter_name=name)
-        self.model.eval()
+        self.model.train(False)
         self.loaded[name] = None
+        # Unload after loading: peft keeps one adapter active, so it must never have none.
+        while len(self.loaded) > self.max_loaded:
+            victim = next(n for n in self.loaded if n not in busy and n != name)
+            del self.loaded[victim]
+            self.model.set_adapter(name)
+            self.model.delete_adapter(victim)
         self.on_load(name, "disk")
 
     def kwargs(self, names: list[str | None]) -> dict[str, Any]:
