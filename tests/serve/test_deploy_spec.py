@@ -107,7 +107,7 @@ _values = st.recursive(
 
 
 @pytest.mark.fuzz
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.dictionaries(_keys, _values, max_size=8))
 def test_fuzz_structured_specs_only_raise_invalid_input(data: dict[str, object]) -> None:
     try:

@@ -57,7 +57,8 @@ class Controller:
         self.rollout_command: str | None = None
         self.activator: Activator | None = None
         self.last_change: float | None = None
-        self.scaling: dict[str, Any] = {}  # the autoscaler loop's memory (scaling.py)
+        self.scaling: dict[str, Any] = {}  # what the autoscaler loop keeps between ticks
+        self.gate: dict[str, Any] = {}  # the eval gate's scores in this rollout (rollout.py)
         self._serial = 0
         self._lock = threading.RLock()
 

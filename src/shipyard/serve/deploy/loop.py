@@ -49,7 +49,7 @@ def _finish_rollout(ctrl: Controller) -> None:
     if key is None or rollout is None:
         return
     promoted = rollout.status == "promoted"
-    cas_failed = "moved concurrently" in rollout.reason
+    cas_failed = canary.CAS_LOST in rollout.reason
     code = 0 if promoted else 3 if cas_failed else 1
     message = f"{rollout.status}: {rollout.reason}"
     ctrl.finish_command(key, promoted, message, code)

@@ -11,11 +11,13 @@ candidate; a concurrent move makes the CAS fail, and the rollout is rolled back 
 import time
 from typing import Any
 
-from shipyard.errors import Conflict, InvalidInput
+from shipyard.errors import Conflict, InvalidInput, ShipyardError, StorageError
 from shipyard.serve.deploy import replicas as rp
 from shipyard.serve.deploy.canary import Rollout, StageMetrics, judge, rolled_back, step
 from shipyard.serve.deploy.controller import Controller, version_of
 from shipyard.serve.deploy.evalgate import Item, Score, completion_request, load_items, score
+
+CAS_LOST = "moved concurrently"  # in the reason of a rollout whose alias CAS failed
 
 
 def begin(ctrl: Controller, ref: str, now: float | None = None) -> Rollout:
@@ -33,11 +35,15 @@ def begin(ctrl: Controller, ref: str, now: float | None = None) -> Rollout:
         ctrl.drop(ctrl.previous)  # one warm fallback at a time: the current version
     ctrl.previous = None
     ctrl.artifacts[version] = candidate
-    ctrl.scaling.pop("gate_current", None)
+    ctrl.gate.clear()
     count = ctrl.spec.canary.replicas or max(1, ctrl.count())
-    ctrl.grow(version, count - ctrl.count(version))
-    if ctrl.count() == 0:  # scaled to zero: the comparison needs a current replica
-        ctrl.grow(ctrl.current, 1)
+    try:
+        ctrl.grow(version, count - ctrl.count(version))
+        if ctrl.count() == 0:  # scaled to zero: the comparison needs a current replica
+            ctrl.grow(ctrl.current, 1)
+    except ShipyardError:
+        ctrl.drop(version)  # a candidate that cannot start leaves nothing running
+        raise
     ctrl.rollout = Rollout(current, candidate, stage_started=_now(now), began=_now(now))
     ctrl.records.log(ctrl.spec.name, {"kind": "canary", "action": "begin", "to": candidate})
     ctrl.push()
@@ -97,7 +103,7 @@ def promote(ctrl: Controller, now: float) -> None:
         try:
             ctrl.ws.move_alias(alias, rollout.candidate, expect=rollout.current)
         except Conflict as exc:
-            ctrl.rollout = rolled_back(rollout, f"alias {alias!r} moved concurrently: {exc}", now)
+            ctrl.rollout = rolled_back(rollout, f"alias {alias!r} {CAS_LOST}: {exc}", now)
             ctrl.records.log(ctrl.spec.name, {"kind": "canary", "action": "cas-failed"})
             abandon(ctrl)
             return
@@ -146,7 +152,7 @@ def _gate_scores(ctrl: Controller, version: str, stage: int) -> tuple[Score, Sco
     gate = ctrl.spec.eval_gate
     if gate.items is None:
         return None
-    memory = ctrl.scaling
+    memory = ctrl.gate
     key = (version, stage)
     if memory.get("gate_key") != key:
         items = load_items(gate.items)
@@ -158,8 +164,16 @@ def _gate_scores(ctrl: Controller, version: str, stage: int) -> tuple[Score, Sco
 
 
 def _score_on(ctrl: Controller, version: str, items: list[Item]) -> Score:
+    """Score `items` on one replica of `version`; an item it answers with an error fails."""
     url = ctrl.replicas[version][0].url
-    return score(items, lambda item: rp.complete(url, completion_request(item, ctrl.spec.name)))
+
+    def answer(item: Item) -> str:
+        try:
+            return rp.complete(url, completion_request(item, ctrl.spec.name))
+        except StorageError:
+            return ""  # counted as a failed item: a version that errors fails its gate
+
+    return score(items, answer)
 
 
 def _int(value: Any) -> int:
