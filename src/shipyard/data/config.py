@@ -6,6 +6,7 @@ the per-stage config hash that incremental reprocessing keys on.
 """
 
 import dataclasses
+import math
 import tomllib
 import types
 from dataclasses import dataclass, field
@@ -114,7 +115,7 @@ class PipelineConfig:
         _check(self.read.max_record_bytes > 0, "read.max_record_bytes", "must be positive")
         for section in ("extract", "filters", "pii", "decontam"):
             timeout = getattr(self, section).timeout_s
-            _check(timeout > 0, f"{section}.timeout_s", "must be positive")
+            _check(0 < timeout < math.inf, f"{section}.timeout_s", "must be positive and finite")
         _check(self.dedup.ngram >= 1, "dedup.ngram", "must be at least 1")
         _check(self.dedup.bands >= 1 and self.dedup.rows >= 1, "dedup.bands", "must be ≥ 1")
         _check(0 < self.dedup.threshold <= 1, "dedup.threshold", "must be in (0, 1]")
@@ -124,7 +125,11 @@ class PipelineConfig:
         _check(self.tokenize.vocab_size >= 300, "tokenize.vocab_size", "must be at least 300")
         _check(self.tokenize.shard_tokens >= 1024, "tokenize.shard_tokens", "must be ≥ 1024")
         _check(self.executor.workers >= 1, "executor.workers", "must be at least 1")
-        _check(self.executor.task_timeout_s > 0, "executor.task_timeout_s", "must be positive")
+        _check(
+            0 < self.executor.task_timeout_s < math.inf,
+            "executor.task_timeout_s",
+            "must be positive and finite",
+        )
         _check(self.executor.max_retries >= 0, "executor.max_retries", "must be ≥ 0")
 
     def to_dict(self) -> dict[str, Any]:
@@ -190,9 +195,13 @@ def _convert(hint: Any, value: Any, where: str) -> Any:
 def load_config(path: Path) -> PipelineConfig:
     """Read a TOML pipeline config; relative paths in it resolve against its folder."""
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InvalidInput(f"pipeline config {path} does not exist") from None
+    except OSError as exc:
+        raise InvalidInput(f"pipeline config {path}: cannot read it: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"pipeline config {path}: not UTF-8 at byte {exc.start}") from None
     except tomllib.TOMLDecodeError as exc:
         raise InvalidInput(f"pipeline config {path}: {exc}") from None
     base = path.resolve().parent
