@@ -311,6 +311,8 @@ class ReplicaHandler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
             self.send_header("x-shipyard-replica", self.served.replica)
+            if self.close_connection:
+                self.send_header("Connection", "close")
             for name, value in headers.items():
                 self.send_header(name, value)
             self.end_headers()
