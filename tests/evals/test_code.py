@@ -70,6 +70,14 @@ def test_a_solution_that_kills_itself_or_eats_memory_is_a_crash() -> None:
     assert hog.value == 0.0
 
 
+def test_a_chat_answer_with_a_fenced_definition_is_run_whole() -> None:
+    task = get_task("humaneval-chat")
+    item = next(i for i in task.load() if i.id == "HumanEval/0")
+    answer = f"Sure!\n```python\n{item.fields['prompt']}{item.target}```\nDone."
+    assert score(task, item, {"text": answer}).outcome == "pass"
+    assert score(task, item, {"text": "I cannot help."}).outcome == "fail"
+
+
 def test_program_runs_the_tests_against_the_entry_point() -> None:
     task = get_task("humaneval")
     item = task.load()[0]

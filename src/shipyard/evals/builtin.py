@@ -137,3 +137,18 @@ HUMANEVAL = register(
         sampling=Sampling(max_tokens=256, stop=HUMANEVAL_STOPS),
     )
 )
+
+# For instruction-tuned models: the prompt as a chat turn; the answer's first fenced block is
+# the solution.
+HUMANEVAL_CHAT = register(
+    Task(
+        name="humaneval-chat",
+        version="1",
+        kind="code",
+        template="Complete this Python function. Answer with the whole function in one "
+        "```python block.\n\n```python\n{prompt}```",
+        scorer="code",
+        load=_humaneval,
+        sampling=Sampling(max_tokens=384, chat=True),
+    )
+)

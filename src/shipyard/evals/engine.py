@@ -102,7 +102,7 @@ class Engine:
         return scores
 
     def generate(
-        self, prompts: Sequence[str], max_tokens: int, stop: Sequence[str] = ()
+        self, prompts: Sequence[str], max_tokens: int, stop: Sequence[str] = (), chat: bool = False
     ) -> list[str]:
         """Greedy completions, cut at the first stop string (one prompt at a time: a left-padded
         batch can flip a greedy tie, and a score must not depend on its batch-mates)."""
@@ -110,7 +110,7 @@ class Engine:
 
         outputs = []
         for prompt in prompts:
-            ids = list(self.tokenizer.encode(prompt))[-(self.max_length - max_tokens) :]
+            ids = self._prompt_ids(prompt, chat)[-(self.max_length - max_tokens) :]
             inputs = torch.tensor([ids])
             kwargs: dict[str, Any] = {}
             if stop:
@@ -127,6 +127,15 @@ class Engine:
             text = self.tokenizer.decode(produced[0, len(ids) :], skip_special_tokens=True)
             outputs.append(cut_at_stop(str(text), stop))
         return outputs
+
+    def _prompt_ids(self, prompt: str, chat: bool) -> list[int]:
+        if not chat:
+            return list(self.tokenizer.encode(prompt))
+        if not getattr(self.tokenizer, "chat_template", None):
+            raise InvalidInput("the task asks for a chat prompt but the model has no chat template")
+        turn = [{"role": "user", "content": prompt}]
+        text = self.tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True)
+        return list(self.tokenizer.encode(str(text), add_special_tokens=False))
 
 
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:

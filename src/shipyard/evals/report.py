@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from shipyard.errors import NotFound
+from shipyard.errors import NotFound, ShipyardError
 from shipyard.evals.stats import estimate, paired
 from shipyard.evals.store import ResultStore, judge_version
 from shipyard.evals.tasks import get_task
@@ -22,10 +22,18 @@ REPORT_FORMAT = 1
 
 
 def summarize(store: ResultStore, run: dict[str, Any]) -> dict[str, Any]:
-    task = get_task(str(run["task_ref"]))
-    judge = judge_version(task)
+    """One run's line: its full key, mean ± SE under the task's current judge, outcomes. A run
+    whose task no longer loads (a deleted JSONL file) is summarised under its latest judge."""
+    try:
+        task = get_task(str(run["task_ref"]))
+        judge, clustered = judge_version(task), task.clustered
+    except ShipyardError:
+        judge = store.latest_judge(str(run["run_key"])) or "none"
+        clustered = None  # unknown: cluster when the items name clusters
     rows = store.scores(str(run["run_key"]), judge)
-    clusters = [r.cluster for r in rows] if task.clustered else None
+    if clustered is None:
+        clustered = any(r.cluster is not None for r in rows)
+    clusters = [r.cluster for r in rows] if clustered else None
     est = estimate([r.score for r in rows], clusters)
     return {
         "task": run["task"],

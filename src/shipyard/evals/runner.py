@@ -197,7 +197,7 @@ class EvalWorker:
 
     def _generate(self, task: Task, item: Item) -> dict[str, Any]:
         (text,) = self.engine.generate(
-            [task.render(item)], task.sampling.max_tokens, task.sampling.stop
+            [task.render(item)], task.sampling.max_tokens, task.sampling.stop, task.sampling.chat
         )
         return {"text": text}
 

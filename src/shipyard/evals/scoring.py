@@ -66,9 +66,25 @@ def first_number(text: str) -> float | None:
 
 
 def program(task: Task, item: Item, completion: str) -> str:
-    """The file a code item runs: the prompt, the completion, the tests, then the check."""
-    prompt = task.render(item)
-    return f"{prompt}{completion}\n\n{item.tests}\n\ncheck({item.entry_point})\n"
+    """The file a code item runs: the prompt and its completion (or, when the answer is a fenced
+    block that defines the entry point itself, the prompt then that block), then the tests and
+    the check."""
+    prompt = item.fields.get("prompt", "")  # the code to complete (a chat template wraps it)
+    code = fenced_code(completion)
+    if code is not None and f"def {item.entry_point}" in code:
+        body = f"{prompt}    pass\n\n\n{code}"  # the prompt's imports, then the model's definition
+    else:
+        body = prompt + (code if code is not None else completion)
+    return f"{body}\n\n{item.tests}\n\ncheck({item.entry_point})\n"
+
+
+_FENCE = re.compile(r"```[ \t]*(?:python|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def fenced_code(text: str) -> str | None:
+    """The first fenced code block of a chat answer, if it has one."""
+    match = _FENCE.search(text)
+    return match.group(1) if match else None
 
 
 def run_code(source: str, timeout: float = CODE_TIMEOUT_S) -> Score:

@@ -159,6 +159,14 @@ class ResultStore:
         )
         return [ScoreRow(str(i), float(s), str(o), c) for i, s, o, c in rows]
 
+    def latest_judge(self, run_key: str) -> str | None:
+        rows = self.db.rows(
+            "SELECT DISTINCT judge_version FROM eval_scores WHERE run_key = ? "
+            "ORDER BY judge_version DESC LIMIT 1",
+            (run_key,),
+        )
+        return str(rows[0][0]) if rows else None
+
     def rescore(self, task: Task, run_key: str, judge: str | None = None) -> int:
         """Score the stored outputs of `run_key` under `judge` (default: the task's current
         judge) without running the model; returns how many items were newly scored."""

@@ -52,9 +52,11 @@ class Sampling:
 
     max_tokens: int = 64
     stop: tuple[str, ...] = ()
+    chat: bool = False  # send the prompt as one user turn through the model's chat template
 
     def as_json(self) -> dict[str, Any]:
-        return {"max_tokens": self.max_tokens, "stop": list(self.stop), "temperature": 0.0}
+        shape = {"max_tokens": self.max_tokens, "stop": list(self.stop), "temperature": 0.0}
+        return {**shape, "chat": True} if self.chat else shape
 
 
 @dataclass(frozen=True)
