@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from shipyard.workspace import Workspace
 
@@ -66,6 +67,24 @@ def test_zero_wake_scale_up_replace_and_back_to_zero(
         # Idle: down one at a time, then to zero, and the router refuses with Retry-After again
         wait_for(lambda: ctrl.count() == 0, 60, "scale to zero when idle")
         assert complete(router, "anyone?").status_code == 503
+
+        scraped = httpx.get(f"{ctrl.endpoint.url}/metrics", timeout=10).text
+        values = {
+            (sample.name, frozenset(sample.labels.items())): sample.value
+            for family in text_string_to_metric_families(scraped)
+            for sample in family.samples
+        }
+
+        def metric(name: str, **labels: str) -> float | None:
+            return values.get((f"shipyard_serve_deploy_{name}", frozenset(labels.items())))
+
+        version = ctrl.current
+        assert (metric("autoscale_decisions_total", deployment="chat", action="wake") or 0) >= 1
+        assert (metric("turned_away_total", deployment="chat") or 0) >= 2
+        assert metric("replacements_total", deployment="chat", version=version) == 1
+        assert metric("replicas", deployment="chat", version=version, role="current") is not None
+        rebound = httpx.get(f"{ctrl.endpoint.url}/metrics", headers={"Host": "evil.example"})
+        assert rebound.status_code == 421  # a DNS-rebinding page cannot read it
     finally:
         running.close()
     log = shipyard_home / "serve/deployments/chat.decisions.jsonl"

@@ -69,7 +69,8 @@ def _deploy(args: argparse.Namespace) -> int:
         ctrl.start()
         print(
             f"deployment {spec.name}: {ctrl.count()} replica(s) of {ctrl.current} behind "
-            f"{ctrl.router_url} (model {spec.name!r}); Ctrl-C stops it",
+            f"{ctrl.router_url} (model {spec.name!r}); metrics at {ctrl.endpoint.url}/metrics; "
+            "Ctrl-C stops it",
             flush=True,
         )
         run(ctrl, stop)

@@ -1,54 +1,83 @@
-"""The stand-in replica of a deployment scaled to zero: it answers 503 with Retry-After, and counts.
+"""The controller's own loopback endpoint: its /metrics, and the stand-in for a version at zero.
 
-The router needs at least one replica per version, so a deployment at zero replicas is registered
-with this one. Each request it turns away is the demand signal that wakes the deployment: the
-controller reads `take_waiting()` every tick and starts a replica, and the client retries after
-`Retry-After` seconds (the last measured replica start, rounded up). It binds loopback only.
+The router needs at least one replica per version, so a version scaled to zero is registered with
+this endpoint instead. It answers every inference request with 503 and `Retry-After` (the last
+measured replica start, rounded up) and counts it: that count is the demand signal that wakes the
+deployment (the controller reads `take_waiting()` every tick). GET /metrics serves the
+controller's Prometheus registry, GET /health says the version is scaled to zero. Every request's
+`Host` must name this server (`shipyard.httpguard`, 421 otherwise); nothing here changes state.
 """
 
 import json
 import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from shipyard.httpguard import Guard, Refused
+
+SERVICE = "serve-deploy"
 
 
 class Activator:
-    def __init__(self, model: str) -> None:
+    def __init__(self, model: str, home: Path, registry: CollectorRegistry) -> None:
         self.model = model
         self.retry_after_s = 5.0
-        self._waiting = 0
+        self.turned_away = 0  # since start
+        self._waiting = 0  # since the last take_waiting()
         self._lock = threading.Lock()
+        guard = Guard.start(SERVICE, home, "127.0.0.1")
         activator = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                if self.path == "/health":
-                    self._reply(200, activator.health())
+                if self._refused("GET"):
+                    return
+                if self.path == "/metrics":
+                    self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                elif self.path == "/health":
+                    self._json(200, activator.health())
                 elif self.path == "/v1/models":
-                    self._reply(200, {"object": "list", "data": [{"id": activator.model}]})
+                    self._json(200, {"object": "list", "data": [{"id": activator.model}]})
                 else:
-                    self._reply(404, {"error": {"message": f"no route {self.path[:80]!r}"}})
+                    self._json(404, {"error": {"message": f"no endpoint GET {self.path[:80]!r}"}})
 
             def do_POST(self) -> None:
+                if self._refused("GET"):  # Host only: an inference request needs no token
+                    return
                 length = self.headers.get("Content-Length", "0")
                 if length.isdigit() and int(length) <= 1 << 20:
                     self.rfile.read(int(length))
-                activator.note_request()
-                wait = max(1, math.ceil(activator.retry_after_s))
+                wait = activator.note_request()
                 message = (
                     f"deployment {activator.model!r} is scaled to zero; a replica is starting: "
                     f"retry after {wait} s"
                 )
-                self._reply(503, {"error": {"message": message, "type": "scaled_to_zero"}}, wait)
+                error = {"error": {"message": message, "type": "scaled_to_zero"}}
+                self._json(503, error, {"Retry-After": str(wait)})
 
-            def _reply(self, status: int, body: Any, retry_after: int | None = None) -> None:
-                data = json.dumps(body).encode()
+            def _refused(self, method: str) -> bool:
+                try:
+                    guard.check(method, self.headers)
+                except Refused as exc:
+                    self._json(exc.status, {"error": {"message": exc.reason}})
+                    return True
+                return False
+
+            def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+                self._reply(status, json.dumps(body).encode(), "application/json", headers)
+
+            def _reply(
+                self, status: int, data: bytes, kind: str, headers: dict[str, str] | None = None
+            ) -> None:
                 self.send_response(status)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
-                if retry_after is not None:
-                    self.send_header("Retry-After", str(retry_after))
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
 
@@ -70,9 +99,12 @@ class Activator:
             "running": 0,
         }
 
-    def note_request(self) -> None:
+    def note_request(self) -> int:
+        """Count a request turned away; the seconds its client should wait."""
         with self._lock:
             self._waiting += 1
+            self.turned_away += 1
+        return max(1, math.ceil(self.retry_after_s))
 
     def take_waiting(self) -> int:
         """Requests turned away since the last call."""

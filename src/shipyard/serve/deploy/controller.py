@@ -11,6 +11,7 @@ import os
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
@@ -20,6 +21,7 @@ from typing import Any
 from shipyard.errors import Conflict, InvalidInput, ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.httpguard import call, read_token
+from shipyard.serve.deploy import metrics
 from shipyard.serve.deploy import replicas as rp
 from shipyard.serve.deploy.activator import Activator
 from shipyard.serve.deploy.canary import Rollout, candidate_weight
@@ -55,7 +57,9 @@ class Controller:
         self.previous: str | None = None  # kept warm after a promotion, for `rollback`
         self.rollout: Rollout | None = None
         self.rollout_command: str | None = None
-        self.activator: Activator | None = None
+        self.events: metrics.Events = Counter()  # what /metrics counts (metrics.py)
+        # The controller's loopback endpoint: /metrics, and the stand-in for a version at zero
+        self.endpoint = Activator(spec.name, self.home, metrics.registry(self))
         self.last_change: float | None = None
         self.scaling: dict[str, Any] = {}  # what the autoscaler loop keeps between ticks
         self.gate: dict[str, Any] = {}  # the eval gate's scores in this rollout (rollout.py)
@@ -103,8 +107,7 @@ class Controller:
             self.replicas.clear()
             with contextlib.suppress(ShipyardError):  # the router may be gone already
                 call(self.admin_url, "DELETE", {}, self.token())
-            if self.activator:
-                self.activator.close()
+            self.endpoint.close()
             self.save(status="stopped")
             self.ws.close()
 
@@ -136,8 +139,8 @@ class Controller:
         ready = [r for r in launched if r.url]
         with self._lock:
             self.replicas.setdefault(version, []).extend(ready)
-            if ready and self.activator and version == self.current:
-                self.activator.retry_after_s = max(r.load_s for r in ready)
+            if ready and version == self.current:
+                self.endpoint.retry_after_s = max(r.load_s for r in ready)
         if errors:
             raise errors[0]  # type: ignore[misc]
 
@@ -164,6 +167,7 @@ class Controller:
                 for replica in [r for r in live if not r.alive()]:
                     live.remove(replica)
                     dead[version] = dead.get(version, 0) + 1
+                    self.events["shipyard_serve_deploy_replacements_total", version] += 1
                     self.records.log(
                         self.spec.name,
                         {"kind": "replace", "replica": replica.name, "version": version},
@@ -189,26 +193,28 @@ class Controller:
 
     def push(self) -> None:
         """PUT the deployment's versions, weights and replicas to the router."""
+        versions = [
+            {"version": v, "weight": w, "replicas": self.router_replicas(v)}
+            for v, w in self.weights().items()
+        ]
+        call(self.admin_url, "PUT", {"versions": versions, "mirror": None}, self.token())
+
+    def weights(self) -> dict[str, float]:
+        """Each routed version's share: the canary's split, and 0 for a warm previous version."""
         weights = {self.current: 1.0}
         if self.rollout and self.rollout.status == "running":
             share = candidate_weight(self.rollout, self.spec.canary.stages)
             weights = {self.current: 1.0 - share, version_of(self.rollout.candidate): share}
         if self.previous and self.previous in self.replicas:
             weights.setdefault(self.previous, 0.0)
-        versions = [
-            {"version": v, "weight": w, "replicas": self.router_replicas(v)}
-            for v, w in weights.items()
-        ]
-        call(self.admin_url, "PUT", {"versions": versions, "mirror": None}, self.token())
+        return weights
 
     def router_replicas(self, version: str) -> list[dict[str, Any]]:
         live = self.replicas.get(version, [])
         adapters = sorted(self.spec.adapters)
         if live:
             return [{"name": r.name, "url": r.url, "adapters": adapters} for r in live]
-        if self.activator is None:
-            self.activator = Activator(self.spec.name)
-        return [{"name": f"{self.spec.name}-{version}-zero", "url": self.activator.url}]
+        return [{"name": f"{self.spec.name}-{version}-zero", "url": self.endpoint.url}]
 
     def stats(self) -> dict[str, Any]:
         """The router's per-version counters since the last PUT ({} when it has none)."""
@@ -230,6 +236,7 @@ class Controller:
             "replicas": {v: [r.to_json() for r in live] for v, live in self.replicas.items()},
             "rollout": asdict(self.rollout) if self.rollout else None,
             "scaled_to_zero": self.count() == 0,
+            "endpoint": self.endpoint.url,
             **extra,
         }
 

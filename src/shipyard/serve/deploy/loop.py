@@ -46,7 +46,10 @@ def tick(ctrl: Controller) -> None:
 def _finish_rollout(ctrl: Controller) -> None:
     key, ctrl.rollout_command = ctrl.rollout_command, None
     rollout = ctrl.rollout
-    if key is None or rollout is None:
+    if rollout is None:
+        return
+    ctrl.events["shipyard_serve_deploy_rollouts_total", rollout.status] += 1
+    if key is None:
         return
     promoted = rollout.status == "promoted"
     cas_failed = canary.CAS_LOST in rollout.reason

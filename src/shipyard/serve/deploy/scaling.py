@@ -2,7 +2,8 @@
 
 Signals: queue depth per tier and running requests summed over the current version's replicas'
 `/health`; TTFT p50/p99 and request counts from the router's per-version stats (a window that
-opens at each PUT, so at each scaling change); requests the activator turned away while at zero.
+opens at each PUT, so at each scaling change); requests the controller's endpoint turned away
+(503) while at zero.
 """
 
 import math
@@ -30,7 +31,7 @@ def read_signals(ctrl: Controller, now: float) -> Signals:
     versions = ctrl.stats().get("versions", {})
     mine = versions.get(ctrl.current, {}) if isinstance(versions, dict) else {}
     total = sum(v.get("requests", 0) for v in versions.values() if isinstance(v, dict))
-    waiting = ctrl.activator.take_waiting() if ctrl.activator else 0
+    waiting = ctrl.endpoint.take_waiting()
     # The router's counters restart at each PUT: any change (or a restart at a lower count
     # with traffic) means requests arrived.
     if total != memory.get("requests", 0) or waiting or running or any(queue.values()):
@@ -69,6 +70,7 @@ def autoscale(ctrl: Controller, now: float | None = None) -> Decision:
         "inputs": decision.inputs,
     }
     ctrl.records.log(spec.name, entry)
+    ctrl.events["shipyard_serve_deploy_autoscale_decisions_total", decision.action] += 1
     if decision.target > signals.replicas:
         ctrl.grow(ctrl.current, decision.target - signals.replicas)
         ctrl.push()
