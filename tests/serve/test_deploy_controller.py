@@ -44,8 +44,15 @@ def test_openai_engine_is_routed_by_url_and_refuses_a_rollout(
         assert cli("rollout", "ext", "--to", "anything") == 2
         assert "needs engine transformers" in capsys.readouterr().out
 
+        second = Controller(parse_spec(spec), router, shipyard_home)
         with pytest.raises(Conflict, match="already has a controller"):
-            Controller(parse_spec(spec), router, shipyard_home).start()
+            second.start()
+        second.close()  # a refused controller leaves the first one's record and route alone
+        assert complete(router, "Hello", model="ext").status_code == 200
+        assert (
+            json.loads((shipyard_home / "serve/deployments/ext.json").read_text())["status"]
+            == "running"
+        )
     finally:
         running.close()
     assert cli("status", "ext") == 0
@@ -73,8 +80,11 @@ def test_unknown_model_is_refused_before_anything_starts(
 ) -> None:
     from shipyard.errors import NotFound
 
+    ctrl = Controller(parse_spec("name: chat\nmodel: ghost\n"), router, shipyard_home)
     with pytest.raises(NotFound, match="no artifact or alias named 'ghost'"):
-        Controller(parse_spec("name: chat\nmodel: ghost\n"), router, shipyard_home).start()
+        ctrl.start()
+    ctrl.close()
+    assert cli("status", "chat") == 4  # no record was made
     assert not (shipyard_home / "serve/logs").exists() or not any(
         p.name.startswith("chat-") for p in (shipyard_home / "serve/logs").iterdir()
     )

@@ -63,6 +63,7 @@ class Controller:
         self.last_change: float | None = None
         self.scaling: dict[str, Any] = {}  # what the autoscaler loop keeps between ticks
         self.gate: dict[str, Any] = {}  # the eval gate's scores in this rollout (rollout.py)
+        self.claimed = False  # whether start() made the record this controller's
         self._serial = 0
         self._lock = threading.RLock()
 
@@ -89,6 +90,7 @@ class Controller:
             self.current = version_of(artifact)
             self.artifacts[self.current] = artifact
             self.records.write(self.spec.name, self.snapshot(commands=old.get("commands", {})))
+            self.claimed = True
         if external:
             url = str(self.spec.engine.url).rstrip("/")
             server = rp.Replica(f"{self.spec.name}-external", EXTERNAL, EXTERNAL, None, url)
@@ -99,16 +101,20 @@ class Controller:
         self.save()
 
     def close(self) -> None:
-        """Stop every replica, take the deployment off the router, mark the record stopped."""
+        """Stop every replica, take the deployment off the router, mark the record stopped.
+
+        A controller that never claimed the record (its start was refused) touches neither the
+        router nor the record: they belong to another controller, or to none."""
         with self._lock:
             for replicas in self.replicas.values():
                 for replica in replicas:
                     rp.stop(replica)
             self.replicas.clear()
-            with contextlib.suppress(ShipyardError):  # the router may be gone already
-                call(self.admin_url, "DELETE", {}, self.token())
             self.endpoint.close()
-            self.save(status="stopped")
+            if self.claimed:
+                with contextlib.suppress(ShipyardError):  # the router may be gone already
+                    call(self.admin_url, "DELETE", {}, self.token())
+                self.save(status="stopped")
             self.ws.close()
 
     def resolve_model(self, ref: str) -> str:
