@@ -24,8 +24,8 @@ trace (`peer serve --trace`) and `hops` summarises how the pieces spread (`peer 
 --chaos too, `restarts` gives each restarted host's pieces at the kill, its lag, and how soon after
 its restart it asked for and stored a piece.
 
---liar MODE: after the clean warm run, the same swarm again with its last four hosts replaced
-by liars (`fanout_liars.py`): liar_vs_clean = the honest hosts' time / the clean run's, when
+--liar MODE: after the clean warm run, the same swarm again with its last `--liars` (4) hosts
+replaced by liars (`fanout_liars.py`): liar_vs_clean = the honest hosts' time / the clean run's, when
 each honest host blamed each liar, and the bytes left in partial files. --dead-seed: every
 host's only seed is an address where nothing listens; they must meet on the members board
 (`--members-uri`, a directory standing in for the origin's bucket); swarm_formed_s is how long
@@ -173,7 +173,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workdir", type=Path, help="stores go here (default: /dev/shm if it fits)")
     p.add_argument("--keep", action="store_true", help="keep stores, logs and link samples")
     p.add_argument("--trace", action="store_true", help="trace transfers; report how pieces spread")
-    p.add_argument("--liar", choices=LIAR_MODES, help="then rerun with four liars among the hosts")
+    p.add_argument("--liar", choices=LIAR_MODES, help="then rerun with liars among the hosts")
+    p.add_argument("--liars", type=int, default=LIARS, help=f"how many (default: {LIARS})")
     p.add_argument("--dead-seed", action="store_true", help="no live seed: join via a board")
     args = p.parse_args()
     if os.geteuid() != 0:
@@ -185,8 +186,8 @@ def parse_args() -> argparse.Namespace:
         p.error(f"--modes: warm and optionally cold, comma-separated, not {args.modes}")
     if (args.chaos or args.chaos_origin or args.liar) and "cold" in args.modes:
         args.modes = ["warm"]  # the failures are staged on a warm swarm
-    if args.liar and args.hosts < LIARS + 2:
-        p.error(f"--liar needs at least {LIARS + 2} hosts")
+    if args.liar and not 1 <= args.liars <= args.hosts - 2:
+        p.error("--liars must be at least 1, and leave at least 2 honest hosts")
     if args.origin_gateways is None:
         share = args.origin_rate_mbit / args.rate_mbit
         args.origin_gateways = max(1, round(DaemonConfig.origin_gateways * share))
@@ -683,10 +684,10 @@ def wait_formed(hosts: list[Host], deadline: float) -> float:
 def liar_run(rig: Rig, args: argparse.Namespace, run: Run, origin_url: str,
              origin: subprocess.Popen[bytes], store: Path, manifest: Manifest, t_clean: float,
              digest: str) -> dict[str, object]:  # fmt: skip
-    """The warm run again with the last `LIARS` hosts replaced by liars of `args.liar`'s kind:
+    """The warm run again with the last `args.liars` hosts replaced by liars of `args.liar`'s kind:
     the honest hosts' time against the clean run's, whom they blamed and how soon, and the
     bytes left in their partial files."""
-    honest, liars = run.hosts[:-LIARS], run.hosts[-LIARS:]
+    honest, liars = run.hosts[: -args.liars], run.hosts[-args.liars :]
     for host in run.hosts:
         if host.proc:
             rig.kill(host.proc)
@@ -707,7 +708,7 @@ def liar_run(rig: Rig, args: argparse.Namespace, run: Run, origin_url: str,
     time.sleep(2)  # as in the clean run
     since = run.origin_log.stat().st_size
     lying = Run(honest, run.seeds, run.sizes, run.origin_log)
-    say(f"liars: {len(honest)} honest hosts and {LIARS} liars ({args.liar}) ...")
+    say(f"liars: {len(honest)} honest hosts and {args.liars} liars ({args.liar}) ...")
     t_liar = swarm(rig, args, lying, origin_url, origin, pulls)
     pulls.check([h.name for h in honest], "model.bin", digest)
     blamed = blame_report([(h.ns, h.address) for h in honest], [h.address for h in liars],
@@ -718,7 +719,7 @@ def liar_run(rig: Rig, args: argparse.Namespace, run: Run, origin_url: str,
         f"clean run); {blamed}; partial bytes left {left}")  # fmt: skip
     return {
         "liar": args.liar,
-        "liars": LIARS,
+        "liars": args.liars,
         "t_liar_s": round(t_liar, 2),
         "liar_vs_clean": round(t_liar / t_clean, 3),
         "liar_origin_bytes_ratio": round(origin_ratio, 3),

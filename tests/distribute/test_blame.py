@@ -114,6 +114,14 @@ def test_a_trickle_loses_standing_on_repeated_shortfalls_for_a_while() -> None:
     assert A in blame and blame.report()[0]["until"] is None
 
 
+def test_a_case_completed_by_another_sources_piece_is_judged_at_once() -> None:
+    blame = blame_at([0.0])
+    fall_short(blame, A, range(SHORTFALLS))  # before this host has received anything
+    assert A not in blame
+    others_deliver(blame, 1)  # now it could receive: no further shortfall needed
+    assert A in blame
+
+
 def test_slowness_costs_no_standing_without_evidence_against_the_peer_itself() -> None:
     """A peer that sent a fair share between its stalls, a host that received from nobody,
     and shortfalls spread wider than the window: none is blamed."""

@@ -91,9 +91,8 @@ class Blame:
         claims[index] = now + RETRACT_FOR
         self.version += 1
         if reason in SLOWNESS:
-            evidence = self.shortfalls.fell_short(peer, (artifact, index), now)
-            if evidence is not None:
-                self.lose_standing(peer, reason, f"{evidence}; the last: {detail}", PAROLE)
+            self.shortfalls.fell_short(peer, (artifact, index), reason, detail, now)
+            self._judge_slowness(now)
             return
         total = self._strikes.get(peer, 0) + strikes
         self._strikes[peer] = total
@@ -116,9 +115,15 @@ class Blame:
     def delivered(self, source: str) -> None:
         """A verified piece from `source` (a peer, or the origin): one strike fewer, and
         evidence that this host receives (see `shortfall`)."""
-        self.shortfalls.delivered(source, self.clock())
+        now = self.clock()
+        self.shortfalls.delivered(source, now)
+        self._judge_slowness(now)
         if self._strikes.get(source, 0) > 0:
             self._strikes[source] -= 1
+
+    def _judge_slowness(self, now: float) -> None:
+        for peer, (reason, evidence) in self.shortfalls.convicted(now).items():
+            self.lose_standing(peer, reason, evidence, PAROLE)
 
     def lose_standing(
         self, peer: str, reason: str, detail: str, lasting: float | None = None

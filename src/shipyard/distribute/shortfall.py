@@ -13,10 +13,11 @@ a *shortfall*: the claim is retracted at once, so the piece goes elsewhere, but 
 its standing only when, within the last `WINDOW` seconds,
 
 - it fell short on `SHORTFALLS` distinct pieces (repeated, not one bad moment);
-- this host stored at least `SHORTFALLS` verified pieces from other sources (it could
-  receive); and
+- this host stored a verified piece from another source (it could receive); and
 - the bytes it sent this host, in every reply that ended in the window, cut off or not, were
-  at most a `RATIO`-th of what the median other source sent (it sent next to nothing).
+  at most a `RATIO`-th of what the median source that delivered a verified piece sent (it sent
+  next to nothing). Only such sources set the measure, so liars that send nothing cannot drag
+  it down to their own level.
 
 Evidence older than `WINDOW` is forgotten, and the verdict itself lapses after `PAROLE`
 seconds: slowness is never proof the way a failed hash is, so a peer blamed for it is asked
@@ -68,7 +69,7 @@ class Shortfalls:
     `WINDOW` seconds. Sources are peers and the origin."""
 
     def __init__(self) -> None:
-        self._short: _Recent[Hashable] = _Recent()  # pieces a peer fell short on
+        self._short: _Recent[tuple[Hashable, str, str]] = _Recent()  # piece, reason, detail
         self._bytes: _Recent[int] = _Recent()  # bytes of each reply, when it ended
         self._pieces: _Recent[None] = _Recent()  # pieces that passed their hash
 
@@ -80,24 +81,36 @@ class Shortfalls:
         """A piece from `source` passed its hash."""
         self._pieces.add(source, now, None)
 
-    def fell_short(self, peer: str, piece: Hashable, now: float) -> str | None:
-        """`peer` failed `piece` by slowness: the evidence that now costs it its standing, in
-        words, or None while the evidence is not enough."""
-        self._short.add(peer, now, piece)
+    def fell_short(self, peer: str, piece: Hashable, reason: str, detail: str, now: float) -> None:
+        """`peer` failed `piece` by slowness (`reason`, in `detail`)."""
+        self._short.add(peer, now, (piece, reason, detail))
+
+    def convicted(self, now: float) -> dict[str, tuple[str, str]]:
+        """The peers whose shortfalls now cost their standing: the reason and the evidence, in
+        words. Asked after each shortfall and each verified piece, so the evidence that
+        completes a case (another source's piece, say) counts at once."""
         for recent in (self._short, self._bytes, self._pieces):
             recent.prune(now)
-        pieces = len(set(self._short.of(peer)))
-        others = sum(len(events) for s, events in self._pieces.by_source.items() if s != peer)
-        if pieces < SHORTFALLS or others < SHORTFALLS:
+        verdicts = {}
+        for peer in self._short.by_source:
+            evidence = self._evidence(peer)
+            if evidence is not None:
+                _, reason, detail = self._short.of(peer)[-1]
+                verdicts[peer] = reason, f"{evidence}; the last: {detail}"
+        return verdicts
+
+    def _evidence(self, peer: str) -> str | None:
+        pieces = len({piece for piece, _, _ in self._short.of(peer)})
+        good = [s for s in self._pieces.by_source if s != peer]  # sources that delivered
+        if pieces < SHORTFALLS or not good:
             return None
         sent = sum(self._bytes.of(peer))
-        totals = [sum(self._bytes.of(s)) for s in self._bytes.by_source if s != peer]
-        typical = statistics.median(totals) if totals else 0
+        typical = statistics.median(sum(self._bytes.of(s)) for s in good)
         if sent * RATIO > typical:
             return None
         return (
             f"short on {pieces} pieces in {WINDOW:.0f} s, sending {sent} bytes while the "
-            f"median other source sent {typical:.0f} and {others} pieces came from others"
+            f"median of {len(good)} sources that delivered pieces sent {typical:.0f}"
         )
 
     def forget(self, peer: str) -> None:
