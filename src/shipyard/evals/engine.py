@@ -3,8 +3,10 @@
 Log-likelihood pairs are encoded as lm-evaluation-harness encodes them (trailing context spaces
 move to the continuation; the pair is encoded whole and split at the context's length; an empty
 context is the end-of-text token), so per-item scores agree with it. Batches are right-padded
-with attention masks: padding sits after every real token, so causal attention never lets it
-change a real position's logits, and a batched score equals the unbatched one to float error.
+with attention masks: padding sits after every real token and is masked out, so it never
+changes a real position, and a batched score equals the unbatched one to float error. The
+choices of one item share a single pass over their context (its key/value cache), and only the
+positions that predict a scored token go through the output layer.
 """
 
 import os
@@ -60,46 +62,78 @@ class Engine:
     def loglikelihoods(
         self, pairs: Sequence[tuple[str, str]], batch_size: int = 16
     ) -> list[LogLikelihood]:
-        """Scores of each (context, continuation) pair, in order; longest first inside."""
+        """Scores of each (context, continuation) pair, in order.
+
+        Pairs whose context encodes alike (a multiple-choice item's choices) share one pass over
+        the context: its keys and values are computed once, then every continuation runs on
+        them. `batch_size` counts distinct contexts; the longest run first."""
         encoded = [self.encode_pair(c, x) for c, x in pairs]
-        order = sorted(range(len(pairs)), key=lambda i: -sum(map(len, encoded[i])))
+        if any(not x for _, x in encoded):
+            raise InvalidInput("a continuation to score encodes to no tokens")
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for index, (context_ids, _) in enumerate(encoded):
+            groups.setdefault(tuple(context_ids), []).append(index)
+        longest = sorted(groups, key=lambda c: -len(c) - max(len(encoded[i][1]) for i in groups[c]))
         out: dict[int, LogLikelihood] = {}
-        for start in range(0, len(order), max(1, batch_size)):
-            chunk = order[start : start + batch_size]
-            for index, score in zip(chunk, self._score([encoded[i] for i in chunk]), strict=True):
-                out[index] = score
+        for start in range(0, len(longest), max(1, batch_size)):
+            chunk = longest[start : start + batch_size]
+            rows = [(list(c), [encoded[i][1] for i in groups[c]]) for c in chunk]
+            for context, scores in zip(chunk, self._score(rows), strict=True):
+                out.update(zip(groups[context], scores, strict=True))
         return [out[i] for i in range(len(pairs))]
 
-    def _score(self, batch: list[tuple[list[int], list[int]]]) -> list[LogLikelihood]:
+    def _score(self, rows: list[tuple[list[int], list[list[int]]]]) -> list[list[LogLikelihood]]:
         import torch
 
-        rows = [(c + x)[-(self.max_length + 1) :][:-1] for c, x in batch]
-        width = max(len(r) for r in rows)
+        # Left-truncate a context so that it and its longest continuation fit, as the harness.
+        contexts = [c[-(self.max_length + 1 - max(map(len, conts))) :] for c, conts in rows]
+        ids, mask = self._right_padded(contexts)
+        owner = [g for g, (_, conts) in enumerate(rows) for _ in conts]
+        conts = [x for _, group in rows for x in group]
+        width = max(len(x) for x in conts) - 1  # a continuation's last token is never an input
+        with torch.no_grad():
+            first = self.decoder(input_ids=ids, attention_mask=mask, use_cache=width > 0)
+            # the last real context position predicts each continuation's first token
+            ends = torch.stack(
+                [first.last_hidden_state[g, len(c) - 1] for g, c in enumerate(contexts)]
+            )
+            picked = []
+            if width > 0:
+                cache = first.cache
+                cache.reorder_cache(torch.tensor(owner))  # one copy of the context per continuation
+                cont_ids, cont_mask = self._right_padded([x[:-1] for x in conts], width)
+                starts = torch.tensor([len(contexts[g]) for g in owner])
+                rest = self.decoder(
+                    input_ids=cont_ids,
+                    attention_mask=torch.cat([mask[owner], cont_mask], 1),
+                    position_ids=starts[:, None] + torch.arange(width)[None, :],
+                    cache=cache,
+                ).last_hidden_state
+            for r, x in enumerate(conts):
+                picked.append(ends[owner[r]][None])
+                if len(x) > 1:
+                    picked.append(rest[r, : len(x) - 1])
+            logprobs = self.head(torch.cat(picked)).float().log_softmax(-1)
+        scores: list[list[LogLikelihood]] = [[] for _ in rows]
+        at = 0
+        for r, x in enumerate(conts):
+            mine = logprobs[at : at + len(x)]
+            at += len(x)
+            target = torch.tensor(x)
+            logprob = float(mine.gather(1, target[:, None]).sum().item())
+            scores[owner[r]].append(LogLikelihood(logprob, bool((mine.argmax(-1) == target).all())))
+        return scores
+
+    def _right_padded(self, rows: list[list[int]], width: int = 0) -> tuple[Any, Any]:
+        import torch
+
+        width = max(width, *(len(r) for r in rows))
         ids = torch.full((len(rows), width), self.pad, dtype=torch.long)
         mask = torch.zeros((len(rows), width), dtype=torch.long)
         for n, row in enumerate(rows):
-            ids[n, : len(row)] = torch.tensor(row)
+            ids[n, : len(row)] = torch.tensor(row, dtype=torch.long)
             mask[n, : len(row)] = 1
-        # The continuation's tokens are predicted by the last len(cont) real positions of each
-        # row: only those go through the output layer (a 49k-word vocabulary makes it the
-        # costliest matrix product of a small model), the rest of the positions never do.
-        spans = [
-            (n, len(row) - len(cont), len(row))
-            for n, (row, (_, cont)) in enumerate(zip(rows, batch, strict=True))
-        ]
-        with torch.no_grad():
-            hidden = self.decoder(input_ids=ids, attention_mask=mask).last_hidden_state
-            picked = torch.cat([hidden[n, a:b] for n, a, b in spans])
-            logprobs = self.head(picked).float().log_softmax(-1)
-        scores, at = [], 0
-        for _, cont in batch:
-            mine = logprobs[at : at + len(cont)]
-            at += len(cont)
-            target = torch.tensor(cont)
-            logprob = mine.gather(1, target[:, None]).sum().item()
-            greedy = bool((mine.argmax(-1) == target).all())
-            scores.append(LogLikelihood(float(logprob), greedy))
-        return scores
+        return ids, mask
 
     def generate(
         self, prompts: Sequence[str], max_tokens: int, stop: Sequence[str] = (), chat: bool = False
