@@ -25,11 +25,11 @@ trace (`peer serve --trace`) and `hops` summarises how the pieces spread (`peer 
 its restart it asked for and stored a piece.
 
 --liar MODE: after the clean warm run, the same swarm again with its last `--liars` (4) hosts
-replaced by liars (`fanout_liars.py`): liar_vs_clean = the honest hosts' time / the clean run's, when
-each honest host blamed each liar, and the bytes left in partial files. --dead-seed: every
-host's only seed is an address where nothing listens; they must meet on the members board
-(`--members-uri`, a directory standing in for the origin's bucket); swarm_formed_s is how long
-that took, and origin_bytes_ratio is held to 1.2.
+replaced by liars (`fanout_liars.py`): liar_vs_clean = the honest hosts' time / the clean
+run's, when each honest host blamed each liar, and the bytes left in partial files.
+--dead-seed: every host's only seed is an address where nothing listens; they must meet on the
+members board (`--members-uri`, a directory standing in for the origin's bucket);
+swarm_formed_s is how long that took, and origin_bytes_ratio is held to 1.2.
 """
 
 import argparse
