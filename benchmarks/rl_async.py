@@ -33,11 +33,11 @@ def config(args: argparse.Namespace, eta: int) -> Any:
         {
             "name": f"bench-eta{eta}",
             "seed": args.seed,
-            "task": {"think_mean": args.think_mean, "think_max": 24, "heldout": args.heldout},
+            "task": {"think_mean": args.think_mean, "think_max": 16, "heldout": args.heldout},
             "warmup": {"steps": args.warmup_steps},
             "rollout": {
                 "workers": args.workers,
-                "max_new_tokens": 32,
+                "max_new_tokens": 24,
                 "step_latency_s": args.step_latency,
                 "token_budget": 64,
             },
@@ -52,14 +52,14 @@ def first_time(curve: list[dict[str, float]], target: float) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=45.0, help="wall-clock budget per run")
+    parser.add_argument("--seconds", type=float, default=30.0, help="wall-clock budget per run")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--think-mean", type=float, default=3.0)
-    parser.add_argument("--step-latency", type=float, default=0.003)
-    parser.add_argument("--warmup-steps", type=int, default=400)
+    parser.add_argument("--think-mean", type=float, default=1.0)
+    parser.add_argument("--step-latency", type=float, default=0.01)
+    parser.add_argument("--warmup-steps", type=int, default=500)
     parser.add_argument("--heldout", type=int, default=256)
-    parser.add_argument("--eval-every", type=int, default=10)
+    parser.add_argument("--eval-every", type=int, default=5)
     parser.add_argument("--etas", default="0,1,2")
     parser.add_argument("--quick", action="store_true", help="tiny budget: checks it runs")
     args = parser.parse_args()

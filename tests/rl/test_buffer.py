@@ -102,4 +102,4 @@ def test_a_group_staler_than_eta_is_dropped_and_its_slot_readmitted() -> None:
     _score_all(buffer)
     batch = buffer.take(version=2, eta=1, count=1)
     assert not batch.groups and batch.dropped_stale == 1 and buffer.admitted == 0
-    assert not buffer.consumed
+    assert not buffer.consumed and sorted(buffer.dropped) == sorted(t.uid for t in group)

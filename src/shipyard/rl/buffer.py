@@ -19,6 +19,7 @@ class Batch:
     groups: list[list[Trajectory]]
     dropped_stale: int  # groups older than eta, never trained on
     staleness: Counter[int]
+    dropped_unscored: int = 0  # groups with fewer than two scored members: no advantage
 
 
 @dataclass
@@ -29,6 +30,8 @@ class Buffer:
     next_group: int = 0
     assigned: dict[str, int] = field(default_factory=dict)  # uid -> dispatch id
     consumed: list[str] = field(default_factory=list)  # uids trained on, in order
+    quarantine: list[Trajectory] = field(default_factory=list)  # reward errors, kept aside
+    dropped: list[str] = field(default_factory=list)  # uids of scored members of dropped groups
 
     def admit(self, problem: Problem) -> list[Trajectory]:
         index = self.next_group
@@ -92,7 +95,9 @@ class Buffer:
         return next((t for t in group or [] if t.uid == uid), None)
 
     def take(self, version: int, eta: int, count: int) -> Batch:
-        """Up to `count` complete groups, oldest first; a group staler than `eta` is dropped."""
+        """Up to `count` complete groups, oldest first, each with its scored members only (the
+        quarantined go to `quarantine`); a group staler than `eta`, or with fewer than two
+        scored members (no advantage to compute), is dropped and its admission slot freed."""
         batch = Batch([], 0, Counter())
         for index in sorted(self.groups):
             group = self.groups[index]
@@ -100,8 +105,12 @@ class Buffer:
                 continue
             stale = max(t.staleness(version) for t in group)
             del self.groups[index]
-            if stale > eta:
-                batch.dropped_stale += 1
+            self.quarantine += [t for t in group if t.status == QUARANTINED]
+            group = [t for t in group if t.status == SCORED]
+            if stale > eta or len(group) < 2:
+                batch.dropped_stale += stale > eta
+                batch.dropped_unscored += stale <= eta
+                self.dropped += [t.uid for t in group]
                 self.admitted -= 1  # its slot is admitted again with fresh weights
                 continue
             batch.groups.append(group)
@@ -123,6 +132,8 @@ class Buffer:
             "next_group": self.next_group,
             "consumed": self.consumed,
             "trajectories": [t.to_json() for t in self.trajectories()],
+            "quarantine": [t.to_json() for t in self.quarantine],
+            "dropped": self.dropped,
         }
 
     @classmethod
@@ -130,6 +141,8 @@ class Buffer:
         """Restored with no dispatch outstanding: whatever was in flight is handed out again."""
         buffer = cls(raw["group_size"], admitted=raw["admitted"], next_group=raw["next_group"])
         buffer.consumed = list(raw["consumed"])
+        buffer.quarantine = [Trajectory.from_json(t) for t in raw["quarantine"]]
+        buffer.dropped = list(raw["dropped"])
         for item in raw["trajectories"]:
             traj = Trajectory.from_json(item)
             buffer.groups.setdefault(traj.group, []).append(traj)

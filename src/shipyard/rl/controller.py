@@ -45,6 +45,7 @@ class Counters:
     worker_deaths: int = 0
     lost_dispatches: int = 0
     dropped_stale: int = 0
+    dropped_unscored: int = 0
     quarantined: Counter[str] = field(default_factory=Counter)
     staleness: Counter[int] = field(default_factory=Counter)
     history: list[dict[str, Any]] = field(default_factory=list)
@@ -214,6 +215,7 @@ class Controller:
         cfg = self.cfg
         batch = self.buffer.take(self.version, cfg.trainer.eta, cfg.rollout.prompts_per_step)
         self.counters.dropped_stale += batch.dropped_stale
+        self.counters.dropped_unscored += batch.dropped_unscored
         if not batch.groups:
             return False
         start = time.perf_counter()

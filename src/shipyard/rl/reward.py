@@ -94,7 +94,13 @@ class RewardService:
             self._conn.send(request)
 
     def poll(self) -> list[Scored]:
+        # Past its deadline first: an answer that comes later is dropped, as one that never does.
         out: list[Scored] = []
+        now = time.monotonic()
+        for uid, (request, since) in list(self.outstanding.items()):
+            if now - since > self.timeout_s:
+                del self.outstanding[uid]
+                out.append(Scored(uid, request[1], None, {}, f"timeout after {self.timeout_s}s"))
         assert self._conn is not None
         try:
             while self._conn.poll():
@@ -111,11 +117,6 @@ class RewardService:
             self._conn.close()
             self._process.join()
             self.start()
-        now = time.monotonic()
-        for uid, (request, since) in list(self.outstanding.items()):
-            if now - since > self.timeout_s:
-                del self.outstanding[uid]
-                out.append(Scored(uid, request[1], None, {}, f"timeout after {self.timeout_s}s"))
         return out
 
     def stop(self) -> None:

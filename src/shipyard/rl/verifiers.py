@@ -6,7 +6,10 @@ completion against tests in a fresh sandbox (`shipyard.sandbox`); `planted-lengt
 that a long answer fools, kept to test the reward-hack alert.
 """
 
+import atexit
 import json
+import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -41,13 +44,37 @@ print(json.dumps({"passed": passed, "total": len(tests)}))
 """
 
 
+_hosts: dict[int, Any] = {}
+_hosts_lock = threading.Lock()
+
+
+def _sandbox(limits: Any) -> Any:
+    """A ready sandbox from this process's own host: a forked reward service must not reuse
+    the host (and its threads' locks) of the process it was forked from."""
+    from shipyard.home import shipyard_home
+    from shipyard.sandbox import Host
+
+    with _hosts_lock:
+        host = _hosts.get(os.getpid())
+        if host is None:
+            host = _hosts[os.getpid()] = Host(shipyard_home(), tag=f"-rl{os.getpid()}")
+            atexit.register(host.close)
+    box = host.start(host.images.resolve("host"), limits)
+    try:
+        box.wait_ready()
+    finally:
+        if box.dead:
+            host.finish(box, box.dead)
+    return box
+
+
 def _code(completion: str, entry: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    from shipyard.sandbox import Limits, Outcome, create
+    from shipyard.sandbox import Limits, Outcome
 
     tests = entry.get("tests")
     if not isinstance(tests, list) or not tests:
         raise InvalidInput("code entry has no 'tests' list")
-    with create(limits=Limits(memory_mib=128, pids=16, cpus=1.0)) as box:
+    with _sandbox(Limits(memory_mib=128, pids=16, cpus=1.0)) as box:
         box.put_files(
             {
                 "run.py": _CODE_RUNNER.encode(),

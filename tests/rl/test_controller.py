@@ -1,0 +1,163 @@
+"""The controller end to end: real worker and reward processes, real SIGKILLs, a resumed
+trainer, artifact weight sync, the code path through the sandbox, and quarantine."""
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from shipyard.rl import Controller, RLConfig, metrics_text, report
+from shipyard.rl.checkpoint import alias
+from shipyard.rl.trajectory import QUARANTINED, SCORED
+from shipyard.workspace import Workspace
+
+
+def tiny(**overrides: Any) -> RLConfig:
+    raw: dict[str, Any] = {
+        "task": {"think_mean": 1.0, "think_max": 6, "heldout": 4},
+        "model": {"vocab_size": 98, "d_model": 32, "n_layers": 1, "n_heads": 2, "seq_len": 40},
+        "warmup": {"steps": 15, "batch": 16},
+        "rollout": {
+            "workers": 2,
+            "group_size": 4,
+            "prompts_per_step": 2,
+            "max_new_tokens": 10,
+            "token_budget": 2,
+        },
+        "trainer": {"steps": 6, "eta": 1},
+    }
+    for key, value in overrides.items():
+        raw[key] = {**raw.get(key, {}), **value} if isinstance(value, dict) else value
+    return RLConfig.from_dict(raw)
+
+
+def run(cfg: RLConfig, hook: Any = None, resume: bool = False, **kw: Any) -> Controller:
+    controller = Controller(cfg, hook=hook)
+    try:
+        controller.prepare(resume=resume)
+        controller.run(**kw)
+    finally:
+        controller.close()
+    return controller
+
+
+def test_killed_worker_and_reward_service_lose_and_repeat_nothing(shipyard_home: Path) -> None:
+    kills: list[str] = []
+
+    def chaos(c: Controller, event: str) -> None:
+        if event == "dispatch" and c.counters.dispatches == 3 and not kills:
+            os.kill(c.workers[0].pid, signal.SIGKILL)  # holding a dispatch it never answers
+            kills.append("worker")
+        if event == "step" and c.version == 2:  # rollouts of the next versions in flight
+            os.kill(c.reward.pid, signal.SIGKILL)
+            kills.append("reward")
+
+    c = run(tiny(), hook=chaos)
+    assert "worker" in kills and "reward" in kills
+    assert c.counters.worker_deaths >= 1 and c.counters.lost_dispatches >= 1
+    assert c.reward.restarts >= 1
+    assert c.version == 6
+    consumed = c.buffer.consumed
+    assert len(consumed) == len(set(consumed))  # nothing trained twice
+    # Every trajectory ever admitted is in exactly one place: trained, still in the buffer,
+    # quarantined, or dropped with its group (stale, or too few scored members).
+    left = [t.uid for t in c.buffer.trajectories() + c.buffer.quarantine]
+    placed = consumed + left + c.buffer.dropped
+    admitted = [f"g{g}-{k}" for g in range(c.buffer.next_group) for k in range(4)]
+    assert sorted(placed) == sorted(admitted)
+    assert max(c.counters.staleness) <= 1  # eta
+    partial = [t for t in c.buffer.trajectories() if t.segments > 1]
+    for traj in partial:
+        assert traj.versions == sorted(traj.versions) and len(traj.versions) == len(traj.tokens)
+    text = report(c)
+    assert text["faults"]["worker_deaths"] >= 1
+    assert set(text["staleness_histogram"]) <= {"0", "1"}
+    assert b"shipyard_rl_policy_version 6.0" in metrics_text(c)
+
+
+def test_the_trainer_resumes_with_the_buffers_versions_intact(shipyard_home: Path) -> None:
+    saved: dict[str, Any] = {}
+
+    def remember(c: Controller, event: str) -> None:
+        if event == "step":  # the checkpoint of this version was just cut
+            saved.update(c.buffer.to_json())
+
+    first = run(tiny(trainer={"steps": 3, "checkpoint_every": 1}), hook=remember)
+    assert first.version == 3
+    resumed = Controller(tiny(trainer={"steps": 5, "checkpoint_every": 1}))
+    try:
+        from shipyard.rl import checkpoint
+
+        assert checkpoint.restore(resumed)
+        assert resumed.version == 3
+        restored = {t.uid: t for t in resumed.buffer.trajectories()}
+        for item in saved["trajectories"]:
+            traj = restored[item["uid"]]
+            assert traj.versions == item["versions"] and traj.logprobs == item["logprobs"]
+            assert traj.tokens == item["tokens"] and traj.status == item["status"]
+        assert resumed.buffer.consumed == saved["consumed"]
+        resumed.prepare(resume=True)
+        resumed.run()
+    finally:
+        resumed.close()
+    assert resumed.version == 5
+    assert len(resumed.buffer.consumed) == len(set(resumed.buffer.consumed))
+    assert resumed.buffer.consumed[: len(saved["consumed"])] == saved["consumed"]
+    with _ws() as workspace:
+        record = workspace.catalog.get_artifact(workspace.resolve(alias("rl")))
+        assert record is not None and record.kind == "checkpoint"
+        assert record.metadata["version"] == 5
+
+
+def test_artifact_sync_and_code_tasks_in_the_sandbox(shipyard_home: Path) -> None:
+    controller = Controller(tiny(sync="artifact", trainer={"steps": 2, "eta": 0}))
+    controller.code_every = 2  # every other group is a code task scored in the sandbox
+    try:
+        controller.prepare()
+        controller.run()
+    finally:
+        controller.close()
+    assert controller.version == 2
+    assert controller.publisher is not None
+    assert all(ref.startswith("artifact:") for ref in controller.publisher.refs.values())
+    assert set(controller.counters.worker_versions.values()) <= {0, 1, 2}
+    assert controller.monitor.scored["code"] >= 1  # scored (mostly 0: a tiny model's code)
+    with _ws() as workspace:
+        ref = controller.publisher.refs[2].removeprefix("artifact:")
+        record = workspace.catalog.get_artifact(ref)
+        assert record is not None and record.metadata["version"] == 2
+
+
+def test_an_outage_quarantines_and_trains_on_nothing(shipyard_home: Path) -> None:
+    """The reward service hangs (SIGSTOP): every request times out and is quarantined."""
+
+    def hang(c: Controller, event: str) -> None:
+        if event == "dispatch" and c.counters.dispatches == 1:
+            os.kill(c.reward.pid, signal.SIGSTOP)
+
+    cfg = tiny(reward={"timeout_s": 0.3, "window": 4}, trainer={"steps": 3})
+    controller = Controller(cfg, hook=hang)
+    try:
+        controller.prepare()
+        controller.run(deadline_s=3.0)
+    finally:
+        os.kill(controller.reward.pid, signal.SIGCONT)
+        controller.close()
+    c = controller
+    assert c.version == 0  # no reward came back, so there was nothing to learn from
+    everything = c.buffer.trajectories() + c.buffer.quarantine
+    quarantined = [t for t in everything if t.status == QUARANTINED]
+    assert quarantined and c.counters.quarantined["arith"] == len(quarantined)
+    assert not [t for t in everything if t.status == SCORED]
+    assert all(t.reward is None and "timeout" in t.meta["error"] for t in quarantined)
+    assert c.counters.dropped_unscored >= 1 and not c.buffer.consumed
+    assert [a.kind for a in c.monitor.alerts] == ["error-rate"]
+
+
+class _ws:
+    def __enter__(self) -> Workspace:
+        self.workspace = Workspace.open()
+        return self.workspace
+
+    def __exit__(self, *exc: object) -> None:
+        self.workspace.close()
