@@ -40,13 +40,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host")
     p.add_argument(
         "--kv-cache-mib",
-        type=int,
+        type=float,
         default=512,
         help="KV budget of running requests, prompt + max_tokens each (default 512)",
     )
     p.add_argument(
         "--prefix-cache-mib",
-        type=int,
+        type=float,
         default=256,
         help="bound of the prefix KV cache (default 256; 0 turns it off)",
     )
@@ -62,18 +62,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--cache-dir", type=Path, help="local model cache (default $SHIPYARD_HOME/cache/models)"
     )
     args = p.parse_args(argv)
-    for name in (
-        "kv_cache_mib",
-        "prefix_cache_mib",
-        "max_batch",
-        "max_queue",
-        "max_adapters",
-        "threads",
-        "block_tokens",
-        "max_tokens_default",
-    ):
-        low = 0 if name == "prefix_cache_mib" else 1
-        if getattr(args, name) < low:
+    lows = {
+        "kv_cache_mib": 0.01,
+        "prefix_cache_mib": 0.0,
+        "max_batch": 1,
+        "max_queue": 1,
+        "max_adapters": 1,
+        "threads": 1,
+        "block_tokens": 1,
+        "max_tokens_default": 1,
+    }
+    for name, low in lows.items():
+        if not getattr(args, name) >= low:  # NaN fails too
             p.error(f"--{name.replace('_', '-')} must be at least {low}")
     if not is_loopback(args.host) and not args.allow_remote:
         p.error(f"--host {args.host} is not loopback: add --allow-remote to serve other machines")
@@ -135,8 +135,8 @@ def build(args: argparse.Namespace) -> Served:
     )
     config = EngineConfig(
         max_batch=args.max_batch,
-        kv_budget_bytes=args.kv_cache_mib * MIB,
-        prefix_cache_bytes=args.prefix_cache_mib * MIB,
+        kv_budget_bytes=int(args.kv_cache_mib * MIB),
+        prefix_cache_bytes=int(args.prefix_cache_mib * MIB),
         block_size=args.block_tokens,
         max_queue=args.max_queue,
     )

@@ -1,4 +1,4 @@
-"""Hostile requests get a clear 4xx JSON error naming the field; adapters and metrics over HTTP."""
+"""The replica over real HTTP: OpenAI endpoints, streaming, tiers, adapters, hostile input."""
 
 import json
 from pathlib import Path
@@ -12,13 +12,16 @@ from shipyard.workspace import Workspace
 GOOD = {"model": "tiny", "prompt": "Hello", "max_tokens": 3, "temperature": 0}
 
 
-def test_bad_requests_are_named_and_adapters_and_metrics_work(
-    tiny_model, workspace: Workspace, start_replica, tmp_path: Path
-) -> None:
+def test_replica_over_http(tiny_model, workspace: Workspace, start_replica, tmp_path: Path) -> None:
     adapter = make_adapter(tiny_model.path, tmp_path / "a1", seed=1)
     put_adapter_dir(workspace, adapter, "lora-a1", base="tiny")
-    replica = start_replica("--model", "tiny", "--adapter", "a1=lora-a1", "--name", "r-h")
+    # 0.2 MiB of KV is ~800 tokens of the tiny model: two long requests cannot both run.
+    replica = start_replica(
+        "--model", "tiny", "--adapter", "a1=lora-a1", "--name", "r0", "--kv-cache-mib", "0.2"
+    )
     with httpx.Client(base_url=replica.url, timeout=60) as client:
+        check_completions_chat_and_streams(client, tiny_model.id)
+        check_tiers(replica.url)
 
         def refused(
             body: object,
@@ -86,3 +89,60 @@ def test_bad_requests_are_named_and_adapters_and_metrics_work(
             "shipyard_serve_generated_tokens_total",
         ):
             assert name in metrics, name
+
+
+def check_completions_chat_and_streams(client: httpx.Client, artifact: str) -> None:
+    health = client.get("/health").json()
+    assert health["status"] == "ok" and health["artifact"] == artifact
+    assert set(health["cold_start"]) >= {"materialise_s", "load_s"}
+
+    body = GOOD | {"prompt": "Hello there", "max_tokens": 5}
+    reply = client.post("/v1/completions", json=body)
+    assert reply.status_code == 200, reply.text
+    assert reply.headers["x-shipyard-replica"] == "r0"
+    whole = reply.json()
+    assert whole["usage"]["completion_tokens"] == 5
+    assert whole["choices"][0]["finish_reason"] == "length"
+
+    with client.stream("POST", "/v1/completions", json=body | {"stream": True}) as events:
+        lines = [line for line in events.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[6:]) for line in lines[:-1]]
+    streamed = "".join(c["choices"][0]["text"] for c in chunks)
+    assert streamed == whole["choices"][0]["text"]  # greedy: the same text either way
+    assert chunks[-1]["usage"]["completion_tokens"] == 5
+    assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0
+
+    chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    reply = client.post("/v1/chat/completions", json=chat)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"]["role"] == "assistant"
+    with client.stream("POST", "/v1/chat/completions", json=chat | {"stream": True}) as events:
+        lines = [line for line in events.iter_lines() if line.startswith("data: ")]
+    assert json.loads(lines[0][6:])["choices"][0]["delta"] == {"role": "assistant"}
+    assert lines[-1] == "data: [DONE]"
+
+
+def check_tiers(url: str) -> None:
+    """A running batch request: another batch one is shed (429), an interactive one preempts it."""
+    long = GOOD | {"prompt": "Go", "max_tokens": 490, "stream": True}
+    short = GOOD | {"prompt": "Go", "max_tokens": 400}
+    batch = {"x-shipyard-tier": "batch"}
+    with (
+        httpx.Client(base_url=url, timeout=60) as streaming,
+        httpx.Client(base_url=url, timeout=60) as other,
+        streaming.stream("POST", "/v1/completions", json=long, headers=batch) as events,
+    ):
+        lines = events.iter_lines()
+        assert next(line for line in lines if line.startswith("data: "))  # it runs
+        shed = other.post("/v1/completions", json=short, headers=batch)
+        assert shed.status_code == 429 and int(shed.headers["Retry-After"]) >= 1
+        assert "batch" in shed.json()["error"]["message"]
+        urgent = other.post(
+            "/v1/completions", json=short, headers={"x-shipyard-tier": "interactive"}
+        )
+        assert urgent.status_code == 200, urgent.text
+        rest = [line for line in lines if line.startswith("data: ")]
+    assert rest[-1] == "data: [DONE]"
+    error = json.loads(rest[-2][6:])["error"]
+    assert error["code"] == 503 and "preempted" in error["message"]
