@@ -149,6 +149,7 @@ class Engine:
         self.metrics.running.set(len(self._rows))
         self.metrics.kv_reserved.set(self.queues.reserved)
         self.metrics.prefix_bytes.set(self.prefix.bytes)
+        self.metrics.prefix_hit_ratio.set(self.prefix_hit_rate())
 
     def _admit(self) -> None:
         while True:

@@ -45,6 +45,11 @@ class EngineMetrics:
         self.prefix_hits = Counter(
             "shipyard_serve_prefix_hits", "Lookups that reused at least one block", registry=r
         )
+        self.prefix_hit_ratio = Gauge(
+            "shipyard_serve_prefix_hit_ratio",
+            "Prompt tokens whose KV came from the prefix cache, over all prompt tokens",
+            registry=r,
+        )
         self.prompt_tokens = Counter(
             "shipyard_serve_prompt_tokens",
             "Prompt tokens, by where their KV came from",
