@@ -149,6 +149,7 @@ HUMANEVAL_CHAT = register(
         "```python block.\n\n```python\n{prompt}```",
         scorer="code",
         load=_humaneval,
-        sampling=Sampling(max_tokens=384, chat=True),
+        # the explanation after the closing fence is never scored: stop there
+        sampling=Sampling(max_tokens=384, stop=("```\n\n",), chat=True),
     )
 )
