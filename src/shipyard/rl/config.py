@@ -102,6 +102,7 @@ class TrainerConfig:
     minibatches: int = 2
     checkpoint_every: int = 0
     eval_every: int = 0
+    deadline_s: float = 0.0
 
     def validate(self) -> None:
         _check(self.steps >= 1, "trainer.steps", "must be >= 1")
@@ -111,6 +112,7 @@ class TrainerConfig:
         _check(self.minibatches >= 1, "trainer.minibatches", "must be >= 1")
         _check(self.checkpoint_every >= 0, "trainer.checkpoint_every", "must be >= 0 (0 = off)")
         _check(self.eval_every >= 0, "trainer.eval_every", "must be >= 0 (0 = end only)")
+        _check(self.deadline_s >= 0, "trainer.deadline_s", "must be >= 0 (0 = none)")
 
 
 @dataclass(frozen=True)

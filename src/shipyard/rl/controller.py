@@ -18,12 +18,14 @@ from typing import Any
 
 import torch
 
+from shipyard.errors import StorageError
 from shipyard.rl import checkpoint
 from shipyard.rl.buffer import Buffer
 from shipyard.rl.config import RLConfig
 from shipyard.rl.grpo import StepStats, train_step
 from shipyard.rl.monitor import RewardMonitor
 from shipyard.rl.policy import build, load_weights, prompt_row
+from shipyard.rl.report_stats import quantiles
 from shipyard.rl.reward import RewardService
 from shipyard.rl.tasks import arith_problem, code_problem
 from shipyard.rl.trajectory import QUARANTINED, SCORED, SCORING
@@ -31,6 +33,7 @@ from shipyard.rl.warmup import heldout_accuracy, warmup
 from shipyard.rl.weights import Publisher
 from shipyard.rl.worker import WorkerHandle
 
+MAX_RESTARTS = 10  # per worker: a worker that cannot live is a bug to report, not to retry
 Hook = Callable[["Controller", str], None]  # called with an event name: "dispatch", "step"
 
 
@@ -107,6 +110,11 @@ class Controller:
     # The loop
 
     def run(self, deadline_s: float | None = None) -> None:
+        """Train until `trainer.steps` versions, or `deadline_s` (default `trainer.deadline_s`,
+        0 = none) seconds of run time: a reward outage stalls training rather than feeding it
+        zeros, and the deadline is what ends a stalled run."""
+        if deadline_s is None and self.cfg.trainer.deadline_s:
+            deadline_s = self.cfg.trainer.deadline_s
         self.started = time.monotonic()
         while self.version < self.cfg.trainer.steps:
             if deadline_s is not None and self.elapsed() > deadline_s:
@@ -164,14 +172,16 @@ class Controller:
 
     def _collect(self) -> None:
         for worker in self.workers:
-            try:
-                replies = worker.receive()
-            except (EOFError, OSError):
-                replies = []
+            replies, closed = worker.receive()
             for reply in replies:
                 self._apply(worker, reply)
-            if not worker.process.is_alive():
+            if closed or not worker.process.is_alive():
                 self.counters.worker_deaths += 1
+                if worker.restarts >= MAX_RESTARTS:
+                    raise StorageError(
+                        f"rollout worker {worker.index} died {worker.restarts + 1} times "
+                        f"(last exit code {worker.process.exitcode}); giving up"
+                    )
                 for dispatch in worker.restart():
                     self.counters.lost_dispatches += 1
                     self.buffer.release(dispatch)
@@ -237,6 +247,8 @@ class Controller:
                 "length": stats.length_mean,
                 "staleness": dict(batch.staleness),
                 "clip_fraction": stats.clip_fraction,
+                "importance_ratio_p99": quantiles(stats.is_ratio).get("p99", 1.0),
+                "logprob_diff_abs_mean": sum(map(abs, stats.logp_diff)) / max(1, stats.tokens),
             }
         )
         every = cfg.trainer.eval_every

@@ -7,19 +7,11 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from shipyard.prometheus import Families, Sample, snapshot_registry
+from shipyard.rl.report_stats import quantiles
 
 if TYPE_CHECKING:
     from shipyard.httpguard.asgi import BackgroundServer
     from shipyard.rl.controller import Controller
-
-
-def quantiles(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {}
-    ordered = sorted(values)
-    pick = {"p01": 0.01, "p10": 0.1, "p50": 0.5, "p90": 0.9, "p99": 0.99}
-    out = {k: ordered[min(len(ordered) - 1, int(q * len(ordered)))] for k, q in pick.items()}
-    return {**out, "min": ordered[0], "max": ordered[-1], "count": float(len(ordered))}
 
 
 def report(c: "Controller") -> dict[str, Any]:

@@ -113,20 +113,25 @@ class WorkerHandle:
         self.inflight.append(message["dispatch"])
         return True
 
-    def receive(self) -> list[dict[str, Any]]:
-        """Every reply waiting; raises EOFError when the worker is gone."""
+    def receive(self) -> tuple[list[dict[str, Any]], bool]:
+        """Every reply waiting, and whether the pipe has closed (the worker is gone)."""
         assert self.conn is not None
         out = []
-        while self.conn.poll():
-            out.append(self.conn.recv())
-        return out
+        try:
+            while self.conn.poll():
+                out.append(self.conn.recv())
+        except (EOFError, OSError):
+            return out, True
+        return out, False
 
     def restart(self) -> list[int]:
         """After a death: the dispatches it never answered, then a fresh process."""
         lost, self.inflight = self.inflight, []
         if self.conn is not None:
             self.conn.close()
-        self.process.join(timeout=5)
+        if self.process.is_alive():  # its pipe broke but it lingers: it cannot be trusted
+            self.process.kill()
+        self.process.join()
         self.restarts += 1
         self.start()
         return lost
