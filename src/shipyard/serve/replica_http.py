@@ -64,7 +64,7 @@ class Served:
             "replica": self.replica,
             "artifact": self.artifact,
             "adapters": e.adapters.names(),
-            "adapters_loaded": list(e.adapters.loaded),
+            "adapters_loaded": e.adapters.loaded_names(),
             "queue": e.queues.depth(),
             "running": e.running,
             "kv_used_bytes": e.queues.reserved,

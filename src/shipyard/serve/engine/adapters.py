@@ -36,6 +36,11 @@ class AdapterSet:
         self._fetching: set[str] = set()
         self._lock = threading.Lock()
 
+    def loaded_names(self) -> list[str]:
+        """The adapters in slots now, least recently used first (any thread)."""
+        with self._lock:
+            return list(self.loaded)
+
     def names(self) -> list[str]:
         return sorted(self.fetchers)
 
@@ -81,7 +86,8 @@ class AdapterSet:
     def ensure(self, name: str, busy: set[str]) -> None:
         """Load `name` into a slot (engine thread only; `ready` said yes)."""
         if name in self.loaded:
-            self.loaded.move_to_end(name)
+            with self._lock:
+                self.loaded.move_to_end(name)
             return
         path = self._paths[name]
         if not hasattr(self.model, "peft_config"):
@@ -91,11 +97,13 @@ class AdapterSet:
         else:
             self.model.load_adapter(str(path), adapter_name=name)
         self.model.train(False)
-        self.loaded[name] = None
+        with self._lock:
+            self.loaded[name] = None
         # Unload after loading: peft keeps one adapter active, so it must never have none.
         while len(self.loaded) > self.max_loaded:
             victim = next(n for n in self.loaded if n not in busy and n != name)
-            del self.loaded[victim]
+            with self._lock:
+                del self.loaded[victim]
             self.model.set_adapter(name)
             self.model.delete_adapter(victim)
         self.on_load(name, "disk")

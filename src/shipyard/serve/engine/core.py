@@ -142,6 +142,9 @@ class Engine:
                     if not self._stopping:
                         waiting = any(self.queues.depth().values())
                         self._wake.wait(timeout=0.02 if waiting else 1.0)
+        for row in self._rows:
+            self._finish(row, Failed(503, "the replica is shutting down"))
+        self._drop_rows(set(range(len(self._rows))))
         for request in self.queues.drain():
             request.events.put(Failed(503, "the replica is shutting down"))
 
