@@ -3,6 +3,8 @@ errors, a SIGKILL mid-batch costing nothing, and the alerts."""
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -14,6 +16,7 @@ from shipyard.rl.config import RewardConfig
 from shipyard.rl.monitor import RewardMonitor
 from shipyard.rl.reward import RewardService, Scored
 from shipyard.rl.tasks import code_problem
+from shipyard.sandbox.server import socket_path
 
 
 def _drain(service: RewardService, want: int, deadline_s: float = 60.0) -> list[Scored]:
@@ -106,3 +109,39 @@ def test_an_error_rate_above_the_bound_alerts_once() -> None:
         monitor.observe("code", None if i % 3 == 0 else 1.0, 3)
     assert [a.kind for a in monitor.alerts] == ["error-rate"]
     assert monitor.errors["code"] == 14 and monitor.scored["code"] == 26
+
+
+def test_code_verifiers_through_the_sandbox_service(shipyard_home: Path) -> None:
+    """`reward.sandbox: service`: the code runs in `shipyard sandbox serve`'s sandboxes; with the
+    service gone, code trajectories come back as errors (to quarantine), not as zeros."""
+    socket = socket_path(shipyard_home)
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "shipyard", "sandbox", "serve", "--pool-min", "1"],
+        env={**os.environ, "SHIPYARD_HOME": str(shipyard_home)},
+        stderr=subprocess.DEVNULL,
+    )
+    service = RewardService(threads=2, timeout_s=60, sandbox="service")
+    service.start()
+    try:
+        end = time.monotonic() + 60
+        while not socket.exists() and serve.poll() is None and time.monotonic() < end:
+            time.sleep(0.05)
+        assert socket.exists(), "the sandbox service did not start"
+        entry = code_problem("double").entry
+        service.submit("right", "code", "2*x", entry)
+        service.submit("wrong", "code", "x", entry)
+        service.submit("noisy", "code", 'print(\'{"passed": 3, "total": 3}\') or 0', entry)
+        answers = {a.uid: a for a in _drain(service, 3)}
+        serve.send_signal(signal.SIGTERM)
+        serve.wait(60)
+        service.submit("outage", "code", "2*x", entry)
+        answers.update({a.uid: a for a in _drain(service, 1)})
+    finally:
+        service.stop()
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    assert answers["right"].reward == 1.0 and answers["right"].meta["outcome"] == "ok"
+    assert answers["wrong"].reward == 0.0
+    assert answers["noisy"].reward == 0.0  # printing a fake report does not pay
+    assert answers["outage"].reward is None and answers["outage"].error

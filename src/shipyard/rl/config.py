@@ -16,6 +16,7 @@ from shipyard.train.config import ModelConfig
 
 ENVS = ("arith", "code", "planted-length")
 SYNC_MODES = ("shm", "artifact")
+SANDBOXES = ("local", "service")
 
 
 def _check(ok: bool, name: str, rule: str) -> None:
@@ -123,6 +124,7 @@ class RewardConfig:
 
     threads: int = 2
     timeout_s: float = 10.0
+    sandbox: str = "local"  # code verifiers: "local" (in the reward process) or "service"
     window: int = 64
     max_error_rate: float = 0.2
     jump: float = 0.3
@@ -131,6 +133,7 @@ class RewardConfig:
     def validate(self) -> None:
         _check(1 <= self.threads <= 64, "reward.threads", "must be in 1..64")
         _check(self.timeout_s > 0, "reward.timeout_s", "must be > 0")
+        _check(self.sandbox in SANDBOXES, "reward.sandbox", f"must be one of {SANDBOXES}")
         _check(self.window >= 2, "reward.window", "must be >= 2")
         _check(0 <= self.max_error_rate <= 1, "reward.max_error_rate", "must be in [0, 1]")
         _check(self.jump > 0 and self.length_shift > 0, "reward.jump/length_shift", "must be > 0")

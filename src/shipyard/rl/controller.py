@@ -72,7 +72,7 @@ class Controller:
         self.warmup_accuracy: float | None = None
         self.accuracy: list[tuple[int, float, float]] = []  # (version, seconds, accuracy)
         self.workers = [WorkerHandle(i, cfg) for i in range(cfg.rollout.workers)]
-        self.reward = RewardService(cfg.reward.threads, cfg.reward.timeout_s)
+        self.reward = RewardService(cfg.reward.threads, cfg.reward.timeout_s, cfg.reward.sandbox)
         self.publisher: Publisher | None = None
         self.ref = ""
         self.started = 0.0

@@ -28,14 +28,14 @@ class Scored:
     error: str | None
 
 
-def _serve(conn: Connection, threads: int) -> None:
+def _serve(conn: Connection, threads: int, sandbox: str) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     pool = ThreadPoolExecutor(threads, thread_name_prefix="reward")
 
     def run(uid: str, env: str, completion: str, entry: dict[str, Any]) -> None:
         reply: tuple[str, float | None, dict[str, Any], str | None]
         try:
-            reward, meta = verifiers.score(env, completion, entry)
+            reward, meta = verifiers.score(env, completion, entry, sandbox)
             reply = (uid, float(reward), meta, None)
         except Exception as exc:  # any verifier failure is an error to count, not a score
             reply = (uid, None, {}, f"{type(exc).__name__}: {exc}")
@@ -57,6 +57,7 @@ def _serve(conn: Connection, threads: int) -> None:
 class RewardService:
     threads: int = 2
     timeout_s: float = 10.0
+    sandbox: str = "local"  # where code verifiers run: "local" or "service"
     restarts: int = 0
     busy_s: float = 0.0  # summed scoring latency, for the pool's idle time
     outstanding: dict[str, tuple[tuple[str, str, str, dict[str, Any]], float]] = field(
@@ -69,7 +70,7 @@ class RewardService:
         context = multiprocessing.get_context("fork")
         parent, child = context.Pipe()
         self._process = context.Process(
-            target=_serve, args=(child, self.threads), name="rl-reward", daemon=True
+            target=_serve, args=(child, self.threads, self.sandbox), name="rl-reward", daemon=True
         )
         self._process.start()
         child.close()

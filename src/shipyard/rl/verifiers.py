@@ -7,6 +7,7 @@ that a long answer fools, kept to test the reward-hack alert.
 """
 
 import atexit
+import contextlib
 import json
 import os
 import threading
@@ -68,13 +69,21 @@ def _sandbox(limits: Any) -> Any:
     return box
 
 
-def _code(completion: str, entry: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    from shipyard.sandbox import Limits, Outcome
+def _code(
+    completion: str, entry: dict[str, Any], sandbox: str = "local"
+) -> tuple[float, dict[str, Any]]:
+    from shipyard.sandbox import Client, Limits, Outcome
 
     tests = entry.get("tests")
     if not isinstance(tests, list) or not tests:
         raise InvalidInput("code entry has no 'tests' list")
-    with _sandbox(Limits(memory_mib=128, pids=16, cpus=1.0)) as box:
+    limits = Limits(memory_mib=128, pids=16, cpus=1.0)
+    with contextlib.ExitStack() as stack:
+        if sandbox == "service":  # `shipyard sandbox serve` on this home: warm pools, leases
+            client = stack.enter_context(Client())
+            box = stack.enter_context(client.create(limits=limits, ttl_s=60))
+        else:
+            box = stack.enter_context(_sandbox(limits))
         box.put_files(
             {
                 "run.py": _CODE_RUNNER.encode(),
@@ -86,8 +95,16 @@ def _code(completion: str, entry: dict[str, Any]) -> tuple[float, dict[str, Any]
     if result.outcome is not Outcome.OK:
         # The candidate's fault (it ran too long, used too much): a real score of 0.
         return 0.0, {"outcome": result.outcome.value}
-    report = json.loads(result.stdout)
-    return report["passed"] / report["total"], {"outcome": "ok", **report}
+    # The last line is the runner's; the candidate's code ran in the same process and may have
+    # written anything: a report that does not parse is its doing, a 0, not a reward error.
+    try:
+        report = json.loads(result.stdout.strip().splitlines()[-1])
+        passed, total = int(report["passed"]), int(report["total"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        return 0.0, {"outcome": "bad-report"}
+    if total != len(tests) or not 0 <= passed <= total:
+        return 0.0, {"outcome": "bad-report"}
+    return passed / total, {"outcome": "ok", "passed": passed, "total": total}
 
 
 def _planted_length(completion: str, entry: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -97,8 +114,13 @@ def _planted_length(completion: str, entry: dict[str, Any]) -> tuple[float, dict
 VERIFIERS: dict[str, Verifier] = {"arith": _arith, "code": _code, "planted-length": _planted_length}
 
 
-def score(env: str, completion: str, entry: dict[str, Any]) -> tuple[float, dict[str, Any]]:
-    """The uniform scoring API; raises when the environment cannot score this trajectory."""
+def score(
+    env: str, completion: str, entry: dict[str, Any], sandbox: str = "local"
+) -> tuple[float, dict[str, Any]]:
+    """The uniform scoring API; raises when the environment cannot score this trajectory.
+    `sandbox`: where code runs, "local" (a host in this process) or "service"."""
+    if env == "code":
+        return _code(completion, entry, sandbox)
     verifier = VERIFIERS.get(env)
     if verifier is None:
         raise InvalidInput(f"environment {env!r} has no verifier; known: {sorted(VERIFIERS)}")
