@@ -64,6 +64,7 @@ class Controller:
         self.scaling: dict[str, Any] = {}  # what the autoscaler loop keeps between ticks
         self.gate: dict[str, Any] = {}  # the eval gate's scores in this rollout (rollout.py)
         self.claimed = False  # whether start() made the record this controller's
+        self._saved: dict[str, Any] | None = None
         self._serial = 0
         self._lock = threading.RLock()
 
@@ -141,14 +142,14 @@ class Controller:
             )
         with ThreadPoolExecutor(len(launched)) as pool:
             waits = [pool.submit(rp.wait_listening, r, self.start_timeout_s) for r in launched]
-            errors = [w.exception() for w in waits if w.exception()]
+            errors = [e for e in (w.exception() for w in waits) if e is not None]
         ready = [r for r in launched if r.url]
         with self._lock:
             self.replicas.setdefault(version, []).extend(ready)
             if ready and version == self.current:
                 self.endpoint.retry_after_s = max(r.load_s for r in ready)
         if errors:
-            raise errors[0]  # type: ignore[misc]
+            raise errors[0]
 
     def shrink(self, version: str, count: int) -> None:
         """Stop the `count` newest replicas of `version` (the router is told first)."""
@@ -166,7 +167,7 @@ class Controller:
             rp.stop(replica)
 
     def reap(self) -> list[str]:
-        """Replace replicas whose process exited; returns their names."""
+        """Replace replicas whose process exited; returns the versions that lost one."""
         dead: dict[str, int] = {}
         with self._lock:
             for version, live in self.replicas.items():
@@ -247,10 +248,16 @@ class Controller:
         }
 
     def save(self, status: str = "running") -> None:
+        """Write the controller's view into the record, unless it is what was last written."""
+        view = self.snapshot(status=status)
+        if view == self._saved:
+            return  # the loop saves every tick: no fsync when nothing moved
+
         def change(record: dict[str, Any]) -> None:
-            record.update(self.snapshot(status=status, commands=record.get("commands", {})))
+            record.update(view)
 
         self.records.update(self.spec.name, change)
+        self._saved = view
 
     def take_commands(self) -> list[tuple[str, dict[str, Any]]]:
         """Pending commands, marked running (oldest first)."""
