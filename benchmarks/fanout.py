@@ -168,6 +168,10 @@ def parse_args() -> argparse.Namespace:
         help="members that fetch from the origin (default: 8 x origin rate / host rate, so that "
         "each gateway's origin flow stays an eighth of its link, as docs/distribution.md advises)",
     )  # fmt: skip
+    p.add_argument(
+        "--origin-inflight", type=int, metavar="N",
+        help="origin requests each gateway keeps open (default: the daemons')",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--workdir", type=Path, help="stores go here (default: /dev/shm if it fits)")
@@ -211,6 +215,8 @@ def make_artifact(work: Path, size_mib: int, piece_mib: float) -> tuple[Path, Ma
 def daemon_flags(args: argparse.Namespace) -> list[str]:
     """What every host's daemon is run with beyond its addresses, as an operator sets it up."""
     flags = ["--no-fsync", "--origin-gateways", str(args.origin_gateways)]
+    if args.origin_inflight:
+        flags += ["--origin-inflight", str(args.origin_inflight)]
     if args.congestion_control:
         flags += ["--congestion-control", args.congestion_control]
     if args.dead_seed:

@@ -48,6 +48,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         help="members that fetch an artifact from the origin (default: %(default)s; 0: all)",
     )
     serve.add_argument(
+        "--origin-inflight",
+        type=int,
+        default=DaemonConfig.origin_inflight,
+        metavar="N",
+        help="piece requests a gateway keeps open to the origin (default: %(default)s)",
+    )
+    serve.add_argument(
         "--congestion-control",
         default=DaemonConfig.congestion_control,
         metavar="NAME",
@@ -117,6 +124,7 @@ def _serve(args: argparse.Namespace) -> int:
         fsync=not args.no_fsync,
         max_inflight=args.max_inflight,
         origin_gateways=args.origin_gateways,
+        origin_inflight=args.origin_inflight,
         upload_limit_bps=args.upload_limit_mbit * 125_000 if args.upload_limit_mbit else None,
         congestion_control=None if args.congestion_control == "kernel" else args.congestion_control,
         trace=args.trace,
