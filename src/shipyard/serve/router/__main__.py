@@ -9,7 +9,7 @@ import uvicorn
 from shipyard.errors import InvalidInput, ShipyardError, StorageError
 from shipyard.home import shipyard_home
 from shipyard.httpguard import Guard, is_loopback, token_path
-from shipyard.serve.router.app import SERVICE, RouterConfig, create_app, wrap
+from shipyard.serve.router.app import SERVICE, RouterConfig, create_app
 from shipyard.serve.router.policy import POLICIES
 
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     shown = f"[{args.host}]" if ":" in args.host else args.host
     print(f"listening http://{shown}:{port}", flush=True)
     print(f"admin token in {token_path(SERVICE, shipyard_home())}", file=sys.stderr, flush=True)
-    app = wrap(create_app(config, guard), guard)
+    app = create_app(config, guard)
     server = uvicorn.Server(
         uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30)
     )

@@ -84,7 +84,8 @@ def openai_error(exc: ShipyardError) -> JSONResponse:
     return reply
 
 
-def create_app(config: RouterConfig, guard: Guard) -> FastAPI:
+def create_app(config: RouterConfig, guard: Guard) -> ASGIApp:
+    """The router as an ASGI app: Host checked on every request, streams passed through."""
     table = Table(make_policy(config.policy, config.epsilon))
     metrics = RouterMetrics(table)
     holder: dict[str, Any] = {}
@@ -103,7 +104,6 @@ def create_app(config: RouterConfig, guard: Guard) -> FastAPI:
                 checks.cancel()
 
     app = FastAPI(title="Shipyard router", docs_url=None, redoc_url=None, lifespan=lifespan)
-    app.state.table = table
 
     async def infer(kind: Kind, path: str, request: Request) -> Response:
         try:
@@ -143,11 +143,7 @@ def create_app(config: RouterConfig, guard: Guard) -> FastAPI:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     app.mount("/admin", _admin(table, guard, holder))
-    return app  # HostCheck is applied by `wrap`, around everything, streams included
-
-
-def wrap(app: FastAPI, guard: Guard) -> ASGIApp:
-    return HostCheck(app, guard)
+    return HostCheck(app, guard)  # outermost, and pure ASGI: no buffering of streams
 
 
 async def _body(request: Request) -> bytes:
