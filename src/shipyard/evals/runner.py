@@ -8,9 +8,6 @@ attempt failed is retried on its own (alone in its batch); a killed worker's lea
 its unfinished items are claimed by the next worker.
 """
 
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +22,7 @@ from shipyard.hashing import sha256_hex
 from shipyard.home import shipyard_home
 from shipyard.queue import Item as QueueItem
 from shipyard.queue import Queue
+from shipyard.serve import models as serve_models
 from shipyard.workspace import Workspace
 
 
@@ -61,27 +59,10 @@ def plan(
 
 
 def materialise(workspace: Workspace, model_id: str) -> Path:
-    """The model's Hugging Face directory under $SHIPYARD_HOME/evals/models, made once (built
-    beside its final name and renamed, so a killed worker never leaves half of one)."""
-    root = shipyard_home() / "evals" / "models"
-    final = root / model_id
-    if final.is_dir():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    scratch = Path(tempfile.mkdtemp(dir=root, prefix=".partial-"))
-    try:
-        workspace.get(model_id, scratch / "m")
-        manifest = workspace.manifest(model_id)
-        if manifest.kind != "model":
-            raise InvalidInput(f"artifact {model_id[:16]} is a {manifest.kind}, not a model")
-        try:
-            os.rename(scratch / "m", final)
-        except OSError:
-            if not final.is_dir():  # not a racing worker that got there first
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return final
+    """The model's Hugging Face directory in $SHIPYARD_HOME/evals/models, fetched and verified
+    once (the serving layer's cache: built beside its final name, then renamed)."""
+    cache = shipyard_home() / "evals" / "models"
+    return serve_models.materialise(workspace, model_id, cache).path
 
 
 @dataclass
