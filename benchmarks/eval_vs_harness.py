@@ -12,8 +12,9 @@ log-likelihood difference, each accuracy with its standard error, and items/s of
     .venv/bin/python benchmarks/eval_vs_harness.py --items 40      # a quick check
 
 The last line is JSON: value = Shipyard items/s, baseline = the harness's, ratio = value/baseline.
-Optional: `--trainer-checkpoint PATH --tokenizer PATH` also compares a trainer checkpoint (imported
-with `shipyard.serve.model_import.import_trainer_model`).
+`--trainer` also compares a checkpoint in the trainer's format (saved by the checkpoint manager,
+imported with `shipyard.serve.model_import.import_trainer_model`; random weights: it measures the
+harness, not the model).
 """
 
 import argparse
@@ -49,6 +50,45 @@ def smollm2(ws: Any) -> str:
     from shipyard.serve.model_import import import_smollm2
 
     return str(import_smollm2(ws, "smollm2", note=lambda t: print(t, file=sys.stderr)).id)
+
+
+def trainer_checkpoint(ws: Any, scratch: Path) -> str:
+    """A checkpoint in the trainer's own format (a 4-layer GPT, random init, saved by the
+    checkpoint manager) over a byte-level BPE, imported as a model artifact."""
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    from shipyard.checkpoint import CheckpointManager, Publish
+    from shipyard.evals.builtin import arithmetic_items
+    from shipyard.serve.model_import import import_trainer_model
+    from shipyard.train.config import ModelConfig
+    from shipyard.train.model import GPT
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    bpe = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    texts = [
+        f"Question: {i.fields['question']}\nAnswer: {c}"
+        for i in arithmetic_items(300, 3)
+        for c in i.choices
+    ]
+    tok.train_from_iterator(texts, bpe)
+    tok.save(str(scratch / "tokenizer.json"))
+    torch.manual_seed(0)
+    config = ModelConfig(vocab_size=512, d_model=128, n_layers=4, n_heads=4, seq_len=128)
+    model = GPT(config)
+    manager = CheckpointManager(
+        scratch / "ckpt", peer_memory=False, publish_to=Publish(alias="bench-trainer-ckpt")
+    )
+    manager.save(100, {"model": model.state_dict(), "optim": {}})
+    manager.close()
+    record = import_trainer_model(ws, "bench-trainer-ckpt", None, scratch / "tokenizer.json", 4)
+    return str(record.id)
 
 
 def write_items(path: Path, count: int) -> list[dict[str, Any]]:
@@ -184,8 +224,9 @@ def main() -> None:
     parser.add_argument(
         "--home", type=Path, default=Path(tempfile.gettempdir()) / "shipyard-bench-evals"
     )
-    parser.add_argument("--trainer-checkpoint", help="also compare this trainer checkpoint")
-    parser.add_argument("--tokenizer", type=Path, help="the trainer's tokenizer (with the above)")
+    parser.add_argument(
+        "--trainer", action="store_true", help="also a checkpoint in the trainer's format"
+    )
     args = parser.parse_args()
     import torch
 
@@ -193,11 +234,9 @@ def main() -> None:
     os.environ["SHIPYARD_EVAL_THREADS"] = str(args.threads)
     ws = bench_home(args.home)
     models = [("smollm2", smollm2(ws))]
-    if args.trainer_checkpoint:
-        from shipyard.serve.model_import import import_trainer_model
-
-        record = import_trainer_model(ws, args.trainer_checkpoint, None, args.tokenizer)
-        models.append(("trainer", record.id))
+    if args.trainer:
+        with tempfile.TemporaryDirectory(prefix="eval-trainer-") as scratch:
+            models.append(("trainer", trainer_checkpoint(ws, Path(scratch))))
     results = []
     for label, model_id in models:
         with tempfile.TemporaryDirectory(prefix="eval-vs-harness-") as scratch:

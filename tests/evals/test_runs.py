@@ -14,6 +14,7 @@ from shipyard.evals import (
     model_report,
     plan,
     put_report,
+    queue_name,
     work,
 )
 from shipyard.evals.store import judge_version
@@ -56,6 +57,12 @@ def test_run_resumes_and_never_runs_a_finished_item_again(
     (again,) = plan(queue, model, ["arith-mc"], limit=20)
     assert (again.run_key, again.enqueued) == (first.run_key, 0)
     assert work(queue, workspace, model).completed == 0
+    # an item queued again under another key (a replayed plan) is completed without running
+    payload = {"run": first.run_key, "task": "arith-mc", "item": "arith-0"}
+    queue.enqueue(queue_name(model), payload, key="replayed")
+    again_stats = work(queue, workspace, model)
+    assert (again_stats.completed, again_stats.skipped) == (0, 1)
+    assert len(store.scores(first.run_key, judge_version(task))) == 20
     # a larger limit enqueues only the new items
     (more,) = plan(queue, model, ["arith-mc"], limit=25)
     assert more.enqueued == 5

@@ -123,7 +123,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.enqueue_only:
         return 0
     if args.workers == 1:
-        work(queue, ws, model, args.batch, args.lease)
+        work(queue, ws, model, args.batch, args.lease, note=_progress)
     else:
         _spawn(model, args.workers, args.batch, args.lease)
     report = model_report(ResultStore(queue.db), model)
@@ -132,6 +132,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.report:
         print(put_report(ws, report, args.name))
     return 0
+
+
+def _progress(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
 
 
 def _spawn(model: str, workers: int, batch: int, lease: float) -> None:
@@ -155,7 +159,7 @@ def _worker(args: argparse.Namespace) -> int:
     from shipyard.evals import work
 
     ws, queue = _open()
-    stats = work(queue, ws, ws.resolve(args.model), args.batch, args.lease)
+    stats = work(queue, ws, ws.resolve(args.model), args.batch, args.lease, note=_progress)
     print(json.dumps(stats.__dict__))
     return 0
 

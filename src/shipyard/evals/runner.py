@@ -104,6 +104,8 @@ class EvalWorker:
             for group in [firsts, *([r] for r in retries)]:  # a retried item runs alone
                 if group:
                     self._work(group)
+            done = self.stats
+            self.note(f"{done.completed} items done, {done.failed} failed, {done.skipped} skipped")
         return self.stats
 
     def _pending(self, name: str) -> bool:
@@ -124,6 +126,7 @@ class EvalWorker:
                 self.queue.fail(q.id, q.token, f"cannot load its task: {exc}")
             self.stats.failed += len(group)
             return
+        todo = [(q, t, i) for q, t, i in todo if not self._stored(q, t, i)]
         mc = [(q, t, i) for q, t, i in todo if t.kind == "mc"]
         try:
             outputs = self._multiple_choice(mc)
@@ -147,6 +150,14 @@ class EvalWorker:
                 self.stats.failed += 1
                 continue
             self._complete(q, task, item, output, result)
+
+    def _stored(self, q: QueueItem, task: Task, item: Item) -> bool:
+        """Complete without running an item whose output is already stored for its run."""
+        if not self.store.has_output(str(q.payload["run"]), item.id):
+            return False
+        self.queue.complete(q.id, q.token, {"outcome": "already-stored"})
+        self.stats.skipped += 1
+        return True
 
     def _resolve(self, q: QueueItem) -> tuple[Task, Item]:
         payload = q.payload
@@ -201,8 +212,9 @@ def work(
     batch: int = 16,
     lease: float = 120.0,
     max_items: int | None = None,
+    note: Callable[[str], None] = lambda _: None,
 ) -> WorkerStats:
     """Materialise the model, warm its engine and work its queue until nothing is left."""
     engine = warm_engine(model_id, materialise(workspace, model_id))
-    worker = EvalWorker(queue, model_id, engine, batch=batch, lease=lease)
+    worker = EvalWorker(queue, model_id, engine, batch=batch, lease=lease, note=note)
     return worker.run(max_items=max_items)

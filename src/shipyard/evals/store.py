@@ -145,6 +145,13 @@ class ResultStore:
         rows = self.db.rows("SELECT item_id FROM eval_outputs WHERE run_key = ?", (run_key,))
         return {str(r[0]) for r in rows}
 
+    def has_output(self, run_key: str, item_id: str) -> bool:
+        return bool(
+            self.db.rows(
+                "SELECT 1 FROM eval_outputs WHERE run_key = ? AND item_id = ?", (run_key, item_id)
+            )
+        )
+
     def outputs(self, run_key: str) -> dict[str, dict[str, Any]]:
         rows = self.db.rows(
             "SELECT item_id, output FROM eval_outputs WHERE run_key = ?", (run_key,)
