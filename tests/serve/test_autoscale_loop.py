@@ -44,7 +44,7 @@ def test_zero_wake_scale_up_replace_and_back_to_zero(
             body = {"model": "chat", "prompt": "Tell me", "max_tokens": 200}
             httpx.post(f"{router}/v1/completions", json=body, timeout=120)
 
-        load = [threading.Thread(target=busy) for _ in range(6)]
+        load = [threading.Thread(target=busy) for _ in range(10)]
         for thread in load:
             thread.start()
         wait_for(lambda: ctrl.count() == 2, 120, "a scale-up under a queue")

@@ -1,9 +1,9 @@
 """The autoscaler loop: read one deployment's signals, ask the policy, apply and log its answer.
 
 Signals: queue depth per tier and running requests summed over the current version's replicas'
-`/health`; TTFT p50/p99 and request counts from the router's per-version stats (a window that
-opens at each PUT, so at each scaling change); requests the controller's endpoint turned away
-(503) while at zero.
+`/health`; TTFT p50/p99 (while requests arrive) and request counts from the router's per-version
+stats (a window that opens at each PUT, so at each scaling change); requests the controller's
+endpoint turned away (503) while at zero.
 """
 
 import math
@@ -34,7 +34,8 @@ def read_signals(ctrl: Controller, now: float) -> Signals:
     waiting = ctrl.endpoint.take_waiting()
     # The router's counters restart at each PUT: any change (or a restart at a lower count
     # with traffic) means requests arrived.
-    if total != memory.get("requests", 0) or waiting or running or any(queue.values()):
+    fresh = total != memory.get("requests", 0)
+    if fresh or waiting or running or any(queue.values()):
         memory["last_request"] = now
     memory["requests"] = total
     # A replica that just started (scaled up, woken, replacing a dead one) gets the whole idle
@@ -46,8 +47,10 @@ def read_signals(ctrl: Controller, now: float) -> Signals:
         replicas=ctrl.count(),
         queue=queue,
         running=running,
-        ttft_p50_ms=_number(mine.get("ttft_ms_p50")),
-        ttft_p99_ms=_number(mine.get("ttft_ms_p99")),
+        # TTFT only while requests arrive: the router's window keeps a burst's latencies until
+        # the next PUT, and they say nothing about a deployment that has gone quiet.
+        ttft_p50_ms=_number(mine.get("ttft_ms_p50")) if fresh else None,
+        ttft_p99_ms=_number(mine.get("ttft_ms_p99")) if fresh else None,
         idle_s=idle,
         waiting=waiting,
     )
