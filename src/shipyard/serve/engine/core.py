@@ -19,7 +19,6 @@ from transformers import DynamicCache
 
 from shipyard.serve.engine.adapters import AdapterSet
 from shipyard.serve.engine.kv import (
-    Layers,
     cache_of,
     keep_rows,
     kv_bytes_per_token,
@@ -80,7 +79,7 @@ class Engine:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self._rows: list[_Row] = []
-        self._layers: Layers | None = None
+        self._cache: DynamicCache | None = None  # the running batch's, left-padded
         self._mask: torch.Tensor | None = None
         self._wake = threading.Condition()
         self._stopping = False
@@ -217,8 +216,8 @@ class Engine:
         ids = request.prompt_ids
         namespace = request.adapter or ""
         hit = self.prefix.lookup(namespace, ids)
-        cache = cache_of(hit.layers) if hit.layers is not None else DynamicCache()
         todo = torch.tensor([ids[hit.tokens :]], dtype=torch.long)
+        cache = DynamicCache() if hit.layers is None else cache_of(hit.layers, todo.shape[1])
         positions = torch.arange(hit.tokens, len(ids), dtype=torch.long).unsqueeze(0)
         out = self._forward(todo, cache, [request.adapter], position_ids=positions)
         layers = layers_of(out.cache)
@@ -230,7 +229,9 @@ class Engine:
             self.queues.release(request)
             return
         self._rows.append(row)
-        self._layers, self._mask = stack_rows(self._layers, self._mask, layers, len(ids))
+        batch = layers_of(self._cache) if self._cache is not None else None
+        merged, self._mask = stack_rows(batch, self._mask, layers, len(ids))
+        self._cache = cache_of(merged)
 
     def _count_prompt(self, total: int, cached: int) -> None:
         self.prompt_tokens += total
@@ -242,7 +243,7 @@ class Engine:
         self.metrics.prompt_tokens.labels("computed").inc(total - cached)
 
     def _step(self) -> None:
-        assert self._layers is not None and self._mask is not None
+        assert self._cache is not None and self._mask is not None
         gone = {i for i, r in enumerate(self._rows) if r.request.cancelled.is_set()}
         if gone:
             for i in gone:
@@ -256,12 +257,12 @@ class Engine:
         positions = torch.tensor([[r.length] for r in self._rows], dtype=torch.long)
         out = self._forward(
             ids,
-            cache_of(self._layers),
+            self._cache,
             [r.request.adapter for r in self._rows],
             attention_mask=mask,
             position_ids=positions,
         )
-        self._layers, self._mask = layers_of(out.cache), mask
+        self._mask = mask  # the cache grew in place
         finished = set()
         for i, row in enumerate(self._rows):
             row.length += 1
@@ -275,10 +276,11 @@ class Engine:
             self.queues.release(self._rows[i].request)
         keep = [i for i in range(len(self._rows)) if i not in rows]
         self._rows = [self._rows[i] for i in keep]
-        if not keep or self._layers is None or self._mask is None:
-            self._layers, self._mask = None, None
+        if not keep or self._cache is None or self._mask is None:
+            self._cache, self._mask = None, None
             return
-        self._layers, self._mask = keep_rows(self._layers, self._mask, keep)
+        kept, self._mask = keep_rows(layers_of(self._cache), self._mask, keep)
+        self._cache = cache_of(kept)
 
     def _emit(self, row: _Row, token: Token) -> bool:
         """Send one token; True when the row is finished (and its Done was sent)."""

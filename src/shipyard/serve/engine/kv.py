@@ -10,6 +10,7 @@ from typing import Any
 
 import torch
 from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 Layers = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -28,8 +29,46 @@ def layers_of(cache: Any) -> Layers:
     return [(layer.keys, layer.values) for layer in cache.layers]
 
 
-def cache_of(layers: Layers) -> DynamicCache:
-    return DynamicCache(ddp_cache_data=layers)
+def cache_of(layers: Layers, spare: int = 64) -> DynamicCache:
+    """A cache holding `layers` (copied once) with room for `spare` more tokens per layer."""
+    cache = DynamicCache()
+    cache.layers = [GrowingLayer(k, v, spare) for k, v in layers]
+    return cache
+
+
+class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]
+    """A layer whose keys/values live in a buffer with spare columns.
+
+    `DynamicLayer` concatenates at every step, copying the whole cache to add one token; here a
+    step writes its column in place (the buffer doubles when full), and `keys`/`values` are views
+    of the filled part, so attention sees exactly the same numbers.
+    """
+
+    def __init__(self, keys: torch.Tensor, values: torch.Tensor, spare: int) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.is_initialized = True
+        self.device = keys.device
+        self._n = 0
+        self._k = keys.new_empty((*keys.shape[:2], keys.shape[2] + max(1, spare), keys.shape[3]))
+        self._v = values.new_empty((*values.shape[:2], self._k.shape[2], values.shape[3]))
+        self.update(keys, values)
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n, t = self._n, key_states.shape[2]
+        if n + t > self._k.shape[2]:
+            room = max(2 * self._k.shape[2], n + t)
+            grown_k = self._k.new_empty((*self._k.shape[:2], room, self._k.shape[3]))
+            grown_v = self._v.new_empty((*self._v.shape[:2], room, self._v.shape[3]))
+            grown_k[:, :, :n] = self._k[:, :, :n]
+            grown_v[:, :, :n] = self._v[:, :, :n]
+            self._k, self._v = grown_k, grown_v
+        self._k[:, :, n : n + t] = key_states
+        self._v[:, :, n : n + t] = value_states
+        self._n = n + t
+        self.keys, self.values = self._k[:, :, : self._n], self._v[:, :, : self._n]
+        return self.keys, self.values
 
 
 def nbytes(layers: Layers) -> int:
