@@ -45,7 +45,9 @@ def plan(
     store = ResultStore(queue.db)
     queue.create(queue_name(model_id), max_attempts=3)
     planned = []
-    for ref in task_refs:
+    for given in task_refs:
+        # a JSONL task by its absolute path: workers elsewhere must find the same file
+        ref = f"jsonl:{Path(given[6:]).resolve()}" if given.startswith("jsonl:") else given
         task = get_task(ref)
         items = list(task.load())[:limit]
         run_key = store.add_run(RunKey.of(model_id, task), ref, len(items))
