@@ -2,7 +2,9 @@
 URL (the router tests' stand-in replica), refusals named with exit codes, the record."""
 
 import json
+import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -128,3 +130,44 @@ def test_deploy_process_starts_its_router_and_stops_cleanly_on_sigterm(
     assert record["status"] == "stopped" and record["router"] == router
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{router}/v1/models", timeout=5)  # its router went with it
+
+
+def test_a_fresh_host_pulls_the_model_through_its_peer_daemon(
+    shipyard_home: Path, tiny_model: Any, tmp_path: Path
+) -> None:
+    """`engine.peer`: on a host whose workspace has never seen the model, the controller has the
+    host's daemon pull it (here from the origin: the first host's store) before anything loads."""
+    from shipyard.serve.deploy import replicas as rp
+    from shipyard.workspace import Workspace
+
+    fresh = tmp_path / "fresh-host"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+    daemon = subprocess.Popen(
+        [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen", address,
+         "--store", str(fresh / "store"), "--origin", str(shipyard_home / "store"), "--no-fsync"],
+        env={**os.environ, "SHIPYARD_HOME": str(fresh)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    router = rp.start_router(fresh)
+    spec = f"name: fresh\nmodel: {tiny_model.id}\nreplicas: {{min: 0, max: 1}}\n"
+    ctrl = Controller(parse_spec(spec + f"engine: {{peer: '{address}'}}\n"), router.url, fresh)
+    try:
+        ctrl.start()  # at min 0 nothing loads: what is checked is the pull
+        ws = Workspace.open(fresh)
+        try:
+            assert ws.resolve(tiny_model.id) == tiny_model.id
+            assert ws.verify(tiny_model.id) == []
+        finally:
+            ws.close()
+        log = (fresh / "serve/deployments/fresh.decisions.jsonl").read_text().splitlines()
+        pulled = [json.loads(line) for line in log if '"pull"' in line]
+        assert pulled[0]["artifact"] == tiny_model.id
+        assert pulled[0]["sources"] == {"origin": pulled[0]["bytes"]}
+    finally:
+        ctrl.close()
+        rp.stop(router)
+        daemon.kill()
+        daemon.wait()

@@ -61,6 +61,8 @@ def test_defaults_and_shorthands() -> None:
         ("name: a\nmodel: m\nengine: vllm", "engine.kind 'vllm': allowed transformers, openai"),
         ("name: a\nmodel: m\nengine: openai", "engine openai needs url"),
         ("name: a\nmodel: m\nengine: {url: 'http://x:1'}", "only engine openai takes a url"),
+        ("name: a\nmodel: m\nengine: {peer: nope}", "engine.peer 'nope' is not HOST:PORT"),
+        ("name: a\nmodel: m\nengine: {kind: openai, url: 'http://x:1/v1'}", "no path"),
         ("name: a\nmodel: m\nreplicas: {min: 3, max: 1}", "min 3, max 1: allowed 0 <= min"),
         ("name: a\nmodel: m\nreplicas: {min: 0, max: 0}", "1 <= max"),
         ("name: a\nmodel: m\nautoscale: {queue_up: 1, queue_down: 2}", "queue_down < queue_up"),

@@ -8,6 +8,7 @@ record. Versions are named by the first 12 digits of their artifact id.
 
 import contextlib
 import os
+import re
 import threading
 import time
 import uuid
@@ -18,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from shipyard.errors import Conflict, InvalidInput, ShipyardError
+from shipyard.errors import Conflict, InvalidInput, NotFound, ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.httpguard import call, read_token
 from shipyard.serve.deploy import metrics
@@ -31,6 +32,7 @@ from shipyard.workspace import Workspace
 
 START_TIMEOUT_S = 180.0
 EXTERNAL = "external"  # the version of an engine-openai deployment's server
+FULL_ID = re.compile(r"[0-9a-f]{64}")
 
 
 def version_of(artifact: str) -> str:
@@ -119,11 +121,35 @@ class Controller:
             self.ws.close()
 
     def resolve_model(self, ref: str) -> str:
-        artifact = self.ws.resolve(ref)
+        """The model artifact `ref` names, its pieces in this host's store (see `fetch`)."""
+        try:
+            artifact = self.ws.resolve(ref)
+        except NotFound:
+            # A fresh host knows no artifact yet: a full id is pulled first, then resolved.
+            if not (self.spec.engine.peer and FULL_ID.fullmatch(ref)):
+                raise
+            artifact = ref
+        self.fetch(artifact)
         kind = self.ws.manifest(artifact).kind
         if kind != "model":
             raise InvalidInput(f"{ref!r} is a {kind} artifact, not a model")
         return artifact
+
+    def fetch(self, artifact: str) -> None:
+        """With `engine.peer`: have this host's peer daemon (which stores into this
+        `$SHIPYARD_HOME`'s store) pull the artifact from its peers or the origin, so the replicas
+        load from local disk. An artifact already held costs one round trip."""
+        if self.spec.engine.peer is None:
+            return
+        from shipyard.distribute.client import pull
+        from shipyard.distribute.config import parse_address
+
+        started = time.monotonic()
+        result = pull(parse_address(self.spec.engine.peer, "engine.peer"), artifact)
+        sources = {source: nbytes for source, (_, nbytes) in result.sources.items()}
+        entry = {"kind": "pull", "artifact": artifact, "bytes": result.wanted_bytes}
+        entry.update(seconds=round(time.monotonic() - started, 3), sources=sources)
+        self.records.log(self.spec.name, entry)
 
     # Replicas
 

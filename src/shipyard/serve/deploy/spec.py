@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import yaml
 
+from shipyard.distribute.config import parse_address
 from shipyard.errors import InvalidInput
 
 ENGINES = ("transformers", "openai")
@@ -37,6 +38,7 @@ class Engine:
     url: str | None = None  # openai: base URL of an OpenAI-compatible server
     max_batch: int | None = None  # transformers: passed to the replica as --max-batch
     kv_cache_mib: int | None = None  # transformers: --kv-cache-mib
+    peer: str | None = None  # transformers: this host's peer daemon, HOST:PORT, to pull through
 
 
 @dataclass(frozen=True)
@@ -188,6 +190,10 @@ def _engine(data: Any, where: str) -> Engine:
             raise InvalidInput(f"{where}.url {_show(engine.url)}: the server's root, no path")
     elif engine.url is not None:
         raise InvalidInput(f"{where}.url: only engine openai takes a url")
+    if engine.peer is not None:
+        if engine.kind == "openai":
+            raise InvalidInput(f"{where}.peer: only engine transformers pulls weights")
+        parse_address(engine.peer, f"{where}.peer")
     for knob in ("max_batch", "kv_cache_mib"):
         value = getattr(engine, knob)
         if value is not None and value < 1:
