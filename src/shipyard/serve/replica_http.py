@@ -89,7 +89,9 @@ class Served:
         adapter = None
         if call.model != self.name:
             if call.model not in self.engine.adapters.names():
-                raise FieldError("model", f"{call.model!r} is not served here (see /v1/models)")
+                raise FieldError(
+                    "model", f"{call.model!r} is not served here (see /v1/models)", 404
+                )
             adapter = call.model
         if call.messages is not None:
             try:
@@ -156,7 +158,7 @@ class ReplicaHandler(BaseHTTPRequestHandler):
         except Refused as exc:
             self._error(exc.status, exc.reason)
         except FieldError as exc:
-            self._error(404 if "not served here" in str(exc) else 400, str(exc), exc.field)
+            self._error(exc.status, str(exc), exc.field)
         except TooLarge as exc:
             self._error(400, str(exc), "max_tokens")
         except Overloaded as exc:

@@ -35,9 +35,12 @@ _FIELDS = {
 
 
 class FieldError(InvalidInput):
-    def __init__(self, field: str, message: str) -> None:
+    """A refused field: `status` is 400, or 404 for a `model` this replica does not serve."""
+
+    def __init__(self, field: str, message: str, status: int = 400) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+        self.status = status
 
 
 @dataclass(frozen=True)
