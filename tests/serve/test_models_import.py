@@ -86,6 +86,9 @@ def test_checkpoint_artifact_imports_as_gpt2_with_equal_logits_and_serves(
     assert workspace.resolve("small") == model_id
     record = workspace.catalog.get_artifact(model_id)
     assert record is not None and record.metadata["architecture"] == "GPT2LMHeadModel"
+    assert cli("model", "ls") == 0
+    listed = capsys.readouterr().out
+    assert model_id[:16] in listed and "small" in listed and "GPT2LMHeadModel" in listed
 
     got = materialise(workspace, "small", tmp_path / "cache")
     hf = AutoModelForCausalLM.from_pretrained(got.path, dtype=torch.float32)

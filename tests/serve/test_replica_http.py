@@ -113,10 +113,17 @@ def check_completions_chat_and_streams(client: httpx.Client, artifact: str) -> N
     assert chunks[-1]["usage"]["completion_tokens"] == 5
     assert chunks[-1]["usage"]["prompt_tokens_details"]["cached_tokens"] >= 0
 
+    scored = client.post("/v1/completions", json=body | {"logprobs": 2}).json()["choices"][0]
+    assert scored["text"] == whole["choices"][0]["text"]
+    assert len(scored["logprobs"]["token_logprobs"]) == 5
+    assert all(len(top) <= 2 for top in scored["logprobs"]["top_logprobs"])
+
     chat = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
-    reply = client.post("/v1/chat/completions", json=chat)
+    reply = client.post("/v1/chat/completions", json=chat | {"logprobs": True, "top_logprobs": 1})
     assert reply.status_code == 200, reply.text
-    assert reply.json()["choices"][0]["message"]["role"] == "assistant"
+    choice = reply.json()["choices"][0]
+    assert choice["message"]["role"] == "assistant"
+    assert all(item["logprob"] <= 0 for item in choice["logprobs"]["content"])
     with client.stream("POST", "/v1/chat/completions", json=chat | {"stream": True}) as events:
         lines = [line for line in events.iter_lines() if line.startswith("data: ")]
     assert json.loads(lines[0][6:])["choices"][0]["delta"] == {"role": "assistant"}
