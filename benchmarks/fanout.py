@@ -26,7 +26,9 @@ its restart it asked for and stored a piece.
 
 --liar MODE: after the clean warm run, the same swarm again with its last `--liars` (4) hosts
 replaced by liars (`fanout_liars.py`): liar_vs_clean = the honest hosts' time / the clean
-run's, when each honest host blamed each liar, and the bytes left in partial files.
+run's, when each honest host blamed each liar, and the bytes left in partial files; with
+`--starve N`, N honest daemons are stopped for 2 s and run for 0.4 s over and over meanwhile,
+and honest_peers_blamed says whether any host took them for liars.
 --dead-seed: every host's only seed is an address where nothing listens; they must meet on the
 members board (`--members-uri`, a directory standing in for the origin's bucket);
 swarm_formed_s is how long that took, and origin_bytes_ratio is held to 1.2.
@@ -54,7 +56,7 @@ import numpy.typing as npt
 from bytecode import compile_shipyard
 from fanout_aria2 import aria2_swarm
 from fanout_aria2 import available as aria2_available
-from fanout_liars import LIARS, blame_report, partial_bytes, start_liar
+from fanout_liars import LIARS, blame_report, partial_bytes, start_liar, starved
 from fanout_liars import MODES as LIAR_MODES
 from fanout_links import LinkMeter
 from fanout_pull import Pulls
@@ -179,6 +181,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--trace", action="store_true", help="trace transfers; report how pieces spread")
     p.add_argument("--liar", choices=LIAR_MODES, help="then rerun with liars among the hosts")
     p.add_argument("--liars", type=int, default=LIARS, help=f"how many (default: {LIARS})")
+    p.add_argument(
+        "--starve", type=int, default=0, metavar="N",
+        help="in the --liar run, stop and continue N honest daemons in bursts (2 s / 0.4 s)",
+    )  # fmt: skip
     p.add_argument("--dead-seed", action="store_true", help="no live seed: join via a board")
     args = p.parse_args()
     if os.geteuid() != 0:
@@ -192,6 +198,8 @@ def parse_args() -> argparse.Namespace:
         args.modes = ["warm"]  # the failures are staged on a warm swarm
     if args.liar and not 1 <= args.liars <= args.hosts - 2:
         p.error("--liars must be at least 1, and leave at least 2 honest hosts")
+    if not 0 <= args.starve <= (args.hosts - args.liars if args.liar else 0):
+        p.error("--starve needs --liar, and at most as many hosts as are honest")
     if args.origin_gateways is None:
         share = args.origin_rate_mbit / args.rate_mbit
         args.origin_gateways = max(1, round(DaemonConfig.origin_gateways * share))
@@ -715,7 +723,9 @@ def liar_run(rig: Rig, args: argparse.Namespace, run: Run, origin_url: str,
     since = run.origin_log.stat().st_size
     lying = Run(honest, run.seeds, run.sizes, run.origin_log)
     say(f"liars: {len(honest)} honest hosts and {args.liars} liars ({args.liar}) ...")
-    t_liar = swarm(rig, args, lying, origin_url, origin, pulls)
+    hungry = [h.proc for h in honest[: args.starve] if h.proc]
+    with starved(hungry):
+        t_liar = swarm(rig, args, lying, origin_url, origin, pulls)
     pulls.check([h.name for h in honest], "model.bin", digest)
     blamed = blame_report([(h.ns, h.address) for h in honest], [h.address for h in liars],
                           lying.wall_started)  # fmt: skip
@@ -726,6 +736,7 @@ def liar_run(rig: Rig, args: argparse.Namespace, run: Run, origin_url: str,
     return {
         "liar": args.liar,
         "liars": args.liars,
+        "starved_hosts": args.starve,
         "t_liar_s": round(t_liar, 2),
         "liar_vs_clean": round(t_liar / t_clean, 3),
         "liar_origin_bytes_ratio": round(origin_ratio, 3),

@@ -7,9 +7,14 @@ piece with a byte flipped (`flip`) or a byte a second (`slow`).
 """
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from fanout_rig import Rig
@@ -19,6 +24,8 @@ LIAR = Path(__file__).resolve().parent.parent / "tests" / "distribute" / "liar.p
 MODES = ("notfound", "halfreset", "flip", "slow")
 LIARS = 4  # among the hosts
 BLAME_WITHIN = 10.0  # seconds: the issue's goal for every honest host to blame the liars
+# An honest daemon starved of CPU at its worst (`--starve`): stopped this long, then run this long.
+STOPPED_S, RUNNING_S = 2.0, 0.4
 
 
 def start_liar(
@@ -76,3 +83,31 @@ def partial_bytes(store: Path) -> int:
     """Bytes left in the store's partial files: 0 once every piece is verified and stored."""
     directory = store / PARTIAL_DIR
     return sum(p.stat().st_size for p in directory.iterdir()) if directory.is_dir() else 0
+
+
+@contextmanager
+def starved(procs: list[subprocess.Popen[bytes]]) -> Iterator[None]:
+    """Stop and continue the daemons `procs` (each its own session) in bursts while the block
+    runs, as a host starved of CPU is: honest, but silent for seconds at a time."""
+    done = threading.Event()
+
+    def signal_all(sig: signal.Signals) -> None:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, sig)
+
+    def bursts() -> None:
+        while not done.is_set():
+            signal_all(signal.SIGSTOP)
+            done.wait(STOPPED_S)
+            signal_all(signal.SIGCONT)
+            done.wait(RUNNING_S)
+
+    thread = threading.Thread(target=bursts, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        signal_all(signal.SIGCONT)

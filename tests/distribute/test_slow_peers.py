@@ -47,7 +47,7 @@ def test_a_slow_liar_is_blamed_by_every_host_within_the_goal(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     store = tmp_path / "origin"
-    manifest = make_artifact(store, tmp_path / "src", 64 * PIECE)
+    manifest = make_artifact(store, tmp_path / "src", 48 * PIECE)
     seed = cluster.seeder("seed", [], store, *LINK).start()
     liar = start_liar(cluster, "slow", store)  # alone, then told of the seed by gossip
     hosts = [cluster.peer(f"h{i}", [seed.address, liar.address], *LINK).start() for i in range(3)]
@@ -66,14 +66,14 @@ def test_a_slow_liar_is_blamed_by_every_host_within_the_goal(
         assert at - started <= BLAME_WITHIN
 
 
-def test_an_honest_seeder_stopped_in_bursts_is_cut_off_but_never_blamed(
+def test_an_honest_seeder_stopped_in_bursts_is_never_blamed(
     cluster: Cluster, tmp_path: Path
 ) -> None:
     """Stopped for 2 s, longer than a reply's grace, then run for 0.4 s, over and over: its
     replies are cut off as slow (under the old rules, three strikes blamed it), but it sends
     its share whenever it runs."""
     store = tmp_path / "origin"
-    manifest = make_artifact(store, tmp_path / "src", 64 * PIECE)
+    manifest = make_artifact(store, tmp_path / "src", 48 * PIECE)
     starved = cluster.seeder("starved", [], store, *LINK).start()
     steady = cluster.seeder("steady", [starved.address], store, *LINK).start()
     seeds = [starved.address, steady.address]
