@@ -8,7 +8,7 @@ reaches within the budget against the warm-up checkpoint's. Held-out evaluations
 of every clock. `--step-latency` emulates an accelerator engine's decode step (wall time that
 does not use host CPU); 0 decodes on this host's CPU only.
 
-    python benchmarks/rl_async.py              # ~4 minutes
+    python benchmarks/rl_async.py              # ~3 minutes
     python benchmarks/rl_async.py --quick      # a smoke run, seconds
 """
 
@@ -52,14 +52,14 @@ def first_time(curve: list[dict[str, float]], target: float) -> float | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=30.0, help="wall-clock budget per run")
-    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seconds", type=float, default=15.0, help="wall-clock budget per run")
+    parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--think-mean", type=float, default=1.0)
     parser.add_argument("--step-latency", type=float, default=0.01)
     parser.add_argument("--warmup-steps", type=int, default=500)
     parser.add_argument("--heldout", type=int, default=256)
-    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--eval-every", type=int, default=4)
     parser.add_argument("--etas", default="0,1,2")
     parser.add_argument("--quick", action="store_true", help="tiny budget: checks it runs")
     args = parser.parse_args()
@@ -118,6 +118,11 @@ def main() -> None:
             "versions": r["versions"],
             "staleness": r["staleness_histogram"],
             "rollout_tokens_per_s": round(r["tokens_per_s"]["rollout"], 1),
+            "versions_per_s": round(r["versions"] / r["seconds"], 3),
+            "train_s_per_version": round(r["time_s"]["training"] / max(1, r["versions"]), 4),
+            "train_cpu_s_per_version": round(
+                r["time_s"]["training_cpu"] / max(1, r["versions"]), 4
+            ),
             "trainer_idle_s": round(r["idle_s"]["trainer"], 2),
         }
     async_eta = 1 if 1 in runs else max(runs)

@@ -37,7 +37,8 @@ def _run(args: argparse.Namespace) -> int:
             last = controller.counters.history[-1]
             print(
                 f"version {last['version']}/{cfg.trainer.steps}: reward {last['reward']:.3f}, "
-                f"length {last['length']:.1f}, staleness {last['staleness']}",
+                f"length {last['length']:.1f}, staleness {last['staleness']}, "
+                f"importance ratio p99 {last['importance_ratio_p99']:.3f}",
                 file=sys.stderr,
             )
 

@@ -44,6 +44,8 @@ class Counters:
     rollout_s: float = 0.0
     train_tokens: int = 0
     train_s: float = 0.0
+    train_cpu_s: float = 0.0  # the trainer thread's CPU time: wall minus this is waiting for a core
+    rollout_cpu_s: float = 0.0
     trainer_idle_s: float = 0.0
     worker_deaths: int = 0
     lost_dispatches: int = 0
@@ -207,6 +209,7 @@ class Controller:
         if reply["sync_s"]:
             self.counters.sync_s.append(reply["sync_s"])
         self.counters.rollout_s += reply["gen_s"]
+        self.counters.rollout_cpu_s += reply["gen_cpu_s"]
         for uid, tokens, logprobs, finished in reply["items"]:
             traj = self.buffer.accept(dispatch, uid, tokens, logprobs, reply["version"], finished)
             if traj is None:
@@ -228,9 +231,10 @@ class Controller:
         self.counters.dropped_unscored += batch.dropped_unscored
         if not batch.groups:
             return False
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.thread_time()
         stats: StepStats = train_step(self.model, self.optimizer, batch.groups, cfg.trainer)
         self.counters.train_s += time.perf_counter() - start
+        self.counters.train_cpu_s += time.thread_time() - cpu
         self.counters.train_tokens += stats.tokens
         self.counters.staleness.update(batch.staleness)
         self.counters.is_ratio += stats.is_ratio

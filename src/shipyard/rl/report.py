@@ -39,6 +39,12 @@ def report(c: "Controller") -> dict[str, Any]:
         "staleness_histogram": {str(k): v for k, v in sorted(n.staleness.items())},
         "dropped_stale_groups": n.dropped_stale,
         "dropped_unscored_groups": n.dropped_unscored,
+        "time_s": {
+            "training": n.train_s,
+            "training_cpu": n.train_cpu_s,
+            "decoding_summed_over_workers": n.rollout_s,
+            "decoding_cpu_summed_over_workers": n.rollout_cpu_s,
+        },
         "tokens_per_s": {
             "rollout": n.rollout_tokens / wall,
             "rollout_while_decoding": n.rollout_tokens / max(n.rollout_s, 1e-9),

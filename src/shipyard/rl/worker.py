@@ -41,7 +41,7 @@ def _serve(conn: Connection, cfg: RLConfig, index: int) -> None:
             version = message["version"]
             sync_s = time.perf_counter() - start
         generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + message["dispatch"])
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         steps = sample(
             model,
             message["rows"],
@@ -58,6 +58,7 @@ def _serve(conn: Connection, cfg: RLConfig, index: int) -> None:
             "version": version,
             "sync_s": sync_s,
             "gen_s": time.perf_counter() - start,
+            "gen_cpu_s": time.process_time() - cpu,
             "items": [
                 (uid, s.tokens, s.logprobs, s.finished)
                 for uid, s in zip(message["uids"], steps, strict=True)
