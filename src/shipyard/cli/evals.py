@@ -230,7 +230,7 @@ def _alert(args: argparse.Namespace) -> int:
     series = []
     for ref in args.checkpoints:
         model = ws.resolve(ref)
-        ((mine, theirs),) = _pairs(store, model, base, args.task)
+        mine, theirs = _pairs(store, model, base, args.task)[-1]  # the latest comparable run
         series.append((model, {r.item_id: r.score for r in store.scores(mine, judge)}))
     baseline = {r.item_id: r.score for r in store.scores(theirs, judge)}
     alert = regression_alert(baseline, series, k=args.k)
