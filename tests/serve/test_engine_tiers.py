@@ -105,3 +105,21 @@ def test_queue_waits_for_room_then_runs(small_engine: Engine) -> None:
     for r in (first, second):
         tokens, done = collect(r)
         assert isinstance(done, Done) and len(tokens) == 200
+
+
+def test_a_short_request_waits_when_padding_to_the_long_row_would_overflow(
+    small_engine: Engine,
+) -> None:
+    """Reservations 250 + 20 fit 300 tokens, but the batch would be 2 rows x 250 columns."""
+    long = small_engine.submit(request("standard", 10, 240))
+    assert isinstance(long.events.get(timeout=30), Token)
+    short = small_engine.submit(request("standard", 10, 10))
+    # Tokens of the long request made after the short one arrived: the engine looked at the
+    # queue (it does before every step) and left the short one there.
+    for _ in range(long.events.qsize() + 2):
+        assert isinstance(long.events.get(timeout=30), Token)
+    assert short.events.qsize() == 0
+    assert small_engine.queues.depth()["standard"] == 1
+    assert isinstance(collect(long)[1], Done)
+    tokens, done = collect(short)
+    assert isinstance(done, Done) and len(tokens) == 10

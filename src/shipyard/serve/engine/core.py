@@ -157,7 +157,10 @@ class Engine:
         while True:
             busy = self._busy_adapters()
             request = self.queues.pop_fitting(
-                len(self._rows), self.config.max_batch, partial(self._can_start, busy=busy)
+                len(self._rows),
+                self.config.max_batch,
+                partial(self._can_start, busy=busy),
+                self._batch_cost,
             )
             if request is None:
                 if not self._preempt_for_waiting():
@@ -177,6 +180,12 @@ class Engine:
                 log.exception("prefill of request %s failed", request.id)
                 request.events.put(Failed(500, f"prefill failed: {type(exc).__name__}"))
 
+    def _batch_cost(self, request: GenRequest) -> int:
+        """The batch's KV bytes at most with `request` in it: every row padded to the longest."""
+        footprints = [r.request.footprint_tokens() for r in self._rows]
+        footprints.append(request.footprint_tokens())
+        return len(footprints) * max(footprints) * self.bytes_per_token
+
     def _can_start(self, request: GenRequest, busy: set[str]) -> bool:
         name = request.adapter
         return name is None or bool(self.adapters.error(name)) or self.adapters.ready(name, busy)
@@ -190,9 +199,9 @@ class Engine:
         if head is None:
             return False
         cost = self.queues.admission.cost(head)
+        need = max(self.queues.reserved + cost, self._batch_cost(head))
         blocked = (
-            len(self._rows) >= self.config.max_batch
-            or self.queues.reserved + cost > self.queues.admission.budget_bytes
+            len(self._rows) >= self.config.max_batch or need > self.queues.admission.budget_bytes
         )
         victims = [i for i, r in enumerate(self._rows) if r.request.tier == "batch"]
         if not blocked or not victims:

@@ -67,13 +67,18 @@ class TierQueues:
             queue.append(request)
 
     def pop_fitting(
-        self, running: int, max_batch: int, can_start: Callable[[GenRequest], bool]
+        self,
+        running: int,
+        max_batch: int,
+        can_start: Callable[[GenRequest], bool],
+        batch_cost: Callable[[GenRequest], int] | None = None,
     ) -> GenRequest | None:
         """The next request to start, reserving its footprint; None if none fits now.
 
         A request that `can_start` refuses (its adapter is not resident yet) keeps its place and
         lets the next one in its tier go first; one that does not fit the budget holds its tier
-        and every lower one back.
+        and every lower one back. `batch_cost(r)`: the running batch's bytes at most with `r` in
+        it, when that is more than the sum of the reservations (a padded batch).
         """
         if running >= max_batch:
             return None
@@ -86,7 +91,10 @@ class TierQueues:
                     if not can_start(request):
                         continue
                     cost = self.admission.cost(request)
-                    if self.reserved + cost > self.admission.budget_bytes:
+                    need = self.reserved + cost
+                    if batch_cost is not None:
+                        need = max(need, batch_cost(request))
+                    if need > self.admission.budget_bytes:
                         return None
                     self.reserved += cost
                     queue.remove(request)
