@@ -51,10 +51,11 @@ def test_zero_wake_scale_up_replace_and_back_to_zero(
         for thread in load:
             thread.join()
 
-        # A replica killed outright is replaced, and the router keeps answering
+        # A replica that hangs (SIGSTOP: alive, silent) stops answering /health: the controller
+        # kills it after 3 probes, and a dead one is replaced; the router keeps answering
         victim = ctrl.replicas[ctrl.current][0]
         assert victim.pid is not None
-        os.kill(victim.pid, signal.SIGKILL)
+        os.kill(victim.pid, signal.SIGSTOP)
         wait_for(
             lambda: (
                 all(r.pid != victim.pid for r in ctrl.replicas[ctrl.current]) and ctrl.count() >= 1
@@ -92,7 +93,8 @@ def test_zero_wake_scale_up_replace_and_back_to_zero(
     assert {"wake", "up", "zero"} <= set(actions)
     up = next(d for d in decisions if d.get("action") == "up")
     assert up["inputs"]["weighted_queue"] > 1 and up["from"] == 1 and up["to"] == 2
-    assert any(d["kind"] == "replace" for d in decisions)
+    assert any(d["kind"] == "unhealthy" and d["replica"] == victim.name for d in decisions)
+    assert any(d["kind"] == "replace" and d["replica"] == victim.name for d in decisions)
     # every decision carries its inputs
     scaled = [d for d in decisions if d["kind"] == "autoscale"]
     assert all({"replicas", "queue", "ttft_p99_ms", "idle_s"} <= set(d["inputs"]) for d in scaled)

@@ -63,6 +63,15 @@ def test_bounds_are_enforced_first() -> None:
     assert at_max.action == "hold" and "at max 4" in at_max.reason
 
 
+def test_a_silent_replica_blocks_scaling_down_but_not_up() -> None:
+    auto = Autoscale(idle_to_zero_s=60)
+    silent = Signals(replicas=2, idle_s=600, silent=1)
+    held = decide(auto, Replicas(0, 3), SLO, silent, None)
+    assert held.action == "hold" and "did not report" in held.reason
+    busy = Signals(replicas=2, queue={"standard": 9}, silent=1)
+    assert decide(auto, Replicas(0, 3), SLO, busy, None).action == "up"
+
+
 def test_scale_to_zero_when_idle_and_wake_on_the_first_request() -> None:
     auto = Autoscale(idle_to_zero_s=60)
     bounds = Replicas(0, 3)
@@ -94,12 +103,14 @@ _bounds = st.tuples(st.integers(0, 6), st.integers(1, 12)).map(
 
 @settings(max_examples=300, deadline=None)
 @given(_auto, _bounds, st.integers(0, 20), _tiers, st.integers(0, 50), _ms, _ms,
-       st.floats(0, 500), st.integers(0, 5), st.none() | st.floats(0, 500))  # fmt: skip
+       st.floats(0, 500), st.integers(0, 5), st.none() | st.floats(0, 500),
+       st.integers(0, 2))  # fmt: skip
 def test_target_never_leaves_the_bounds(
     auto: Autoscale, bounds: Replicas, replicas: int, queue: dict[str, int], running: int,
     p50: float | None, p99: float | None, idle: float, waiting: int, since: float | None,
+    silent: int,
 ) -> None:  # fmt: skip
-    signals = Signals(replicas, queue, running, p50, p99, idle, waiting)
+    signals = Signals(replicas, queue, running, p50, p99, idle, waiting, silent)
     decision = decide(auto, bounds, SLO, signals, since)
     assert bounds.min <= decision.target <= bounds.max
     assert abs(decision.target - replicas) <= max(auto.max_step, abs(replicas - bounds.min),

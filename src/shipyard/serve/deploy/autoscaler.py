@@ -6,7 +6,8 @@ Rules, in order (docs/serving-deploy.md, "Autoscaler"):
 3. pressure (weighted queue per replica above `queue_up`, or TTFT p50/p99 above `ttft_up` of its
    SLO): add replicas, enough for the queue to fall to `queue_up` each, at most `max_step`, not
    within `up_cooldown_s` of the last change;
-4. idle (no request for `idle_to_zero_s`, nothing queued or running, `min` 0): scale to zero;
+4. a replica that did not answer /health: hold (never scale down on queues not known);
+   idle (no request for `idle_to_zero_s`, nothing queued or running, `min` 0): scale to zero;
 5. slack (the queue would stay under `queue_down` per replica with one replica fewer, and TTFT
    under `ttft_down` of its SLO): remove one, not within `down_cooldown_s` of the last change;
 6. otherwise hold.
@@ -39,6 +40,7 @@ class Signals:
     ttft_p99_ms: float | None = None
     idle_s: float = 0.0  # seconds since the router last saw a request for this deployment
     waiting: int = 0  # requests the router turned away (503) while there was no replica
+    silent: int = 0  # replicas whose /health did not answer: their queues are unknown
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,8 @@ def decide(
         target = min(bounds.max, need, now + auto.max_step)
         why = hot or f"queue {queued:g} over {auto.queue_up:g} per replica"
         return made("up", target, why)
+    if signals.silent:
+        return made("hold", now, f"{signals.silent} replica(s) did not report: queues unknown")
     if (
         auto.idle_to_zero_s is not None
         and bounds.min == 0

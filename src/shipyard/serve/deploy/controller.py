@@ -33,6 +33,8 @@ from shipyard.workspace import Workspace
 START_TIMEOUT_S = 180.0
 EXTERNAL = "external"  # the version of an engine-openai deployment's server
 FULL_ID = re.compile(r"[0-9a-f]{64}")
+UNHEALTHY_AFTER = 3  # /health probes unanswered in a row before a live replica is replaced
+PROBE_TIMEOUT_S = 5.0  # generous: a replica busy generating on loaded CPUs answers slowly
 
 
 def version_of(artifact: str) -> str:
@@ -66,6 +68,8 @@ class Controller:
         self.scaling: dict[str, Any] = {}  # what the autoscaler loop keeps between ticks
         self.gate: dict[str, Any] = {}  # the eval gate's scores in this rollout (rollout.py)
         self.claimed = False  # whether start() made the record this controller's
+        self.health: dict[str, dict[str, Any] | None] = {}  # replica -> its last /health
+        self.misses: dict[str, int] = {}  # replica -> /health probes unanswered in a row
         self._saved: dict[str, Any] | None = None
         self._serial = 0
         self._lock = threading.RLock()
@@ -211,6 +215,24 @@ class Controller:
                 self.grow(version, count)
             self.push()
         return list(dead)
+
+    def probe(self) -> None:
+        """Read every replica's /health at once; one that has not answered `UNHEALTHY_AFTER`
+        probes in a row (hung, not dead) is stopped, and `reap` replaces it."""
+        live = [r for replicas in list(self.replicas.values()) for r in replicas if r.process]
+        if not live:
+            return
+        with ThreadPoolExecutor(len(live)) as pool:
+            reports = list(pool.map(lambda r: rp.health(r.url, PROBE_TIMEOUT_S), live))
+        for replica, report in zip(live, reports, strict=True):
+            self.health[replica.name] = report
+            misses = 0 if report else self.misses.get(replica.name, 0) + 1
+            self.misses[replica.name] = misses
+            if misses >= UNHEALTHY_AFTER:
+                entry = {"kind": "unhealthy", "replica": replica.name, "probes": misses}
+                self.records.log(self.spec.name, entry)
+                rp.stop(replica, grace=1.0)
+                self.misses.pop(replica.name)
 
     def count(self, version: str | None = None) -> int:
         return len(self.replicas.get(version or self.current, []))

@@ -1,5 +1,7 @@
-"""The controller's loop: every tick, replace the dead, run commands, then canary or autoscale."""
+"""The controller's loop: every tick, replace the dead, run commands, then canary or autoscale;
+every `autoscale.interval_s`, probe the replicas' health first."""
 
+import math
 import threading
 import time
 
@@ -31,15 +33,17 @@ def tick(ctrl: Controller) -> None:
             if key == ctrl.rollout_command:
                 ctrl.rollout_command = None
             ctrl.finish_command(key, False, str(exc), exc.exit_code)
+    now = time.monotonic()
+    due = now - ctrl.scaling.get("last_tick", -math.inf) >= ctrl.spec.autoscale.interval_s
+    if due:
+        ctrl.scaling["last_tick"] = now
+        ctrl.probe()
     if ctrl.rollout and ctrl.rollout.status == "running":
         canary.advance(ctrl)
         if ctrl.rollout.status != "running":
             _finish_rollout(ctrl)
-    elif ctrl.spec.engine.kind == "transformers":
-        now = time.monotonic()
-        if now - ctrl.scaling.get("last_tick", -1e9) >= ctrl.spec.autoscale.interval_s:
-            ctrl.scaling["last_tick"] = now
-            autoscale(ctrl, now)
+    elif ctrl.spec.engine.kind == "transformers" and due:
+        autoscale(ctrl, now)
     ctrl.save()
 
 

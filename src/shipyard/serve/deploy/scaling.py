@@ -1,16 +1,15 @@
 """The autoscaler loop: read one deployment's signals, ask the policy, apply and log its answer.
 
 Signals: queue depth per tier and running requests summed over the current version's replicas'
-`/health`; TTFT p50/p99 (while requests arrive) and request counts from the router's per-version
-stats (a window that opens at each PUT, so at each scaling change); requests the controller's
-endpoint turned away (503) while at zero.
+`/health` (as `Controller.probe` last read it); TTFT p50/p99 (while requests arrive) and request
+counts from the router's per-version stats (a window that opens at each PUT, so at each scaling
+change); requests the controller's endpoint turned away (503) while at zero.
 """
 
 import math
 import time
 from typing import Any
 
-from shipyard.serve.deploy import replicas as rp
 from shipyard.serve.deploy.autoscaler import Decision, Signals, decide
 from shipyard.serve.deploy.controller import Controller
 
@@ -19,8 +18,10 @@ def read_signals(ctrl: Controller, now: float) -> Signals:
     memory = ctrl.scaling
     queue = {"interactive": 0, "standard": 0, "batch": 0}
     running = 0
+    silent = 0
     for replica in list(ctrl.replicas.get(ctrl.current, [])):
-        report = rp.health(replica.url) or {}
+        report = ctrl.health.get(replica.name) or {}
+        silent += 0 if report else 1
         depths = report.get("queue")
         if isinstance(depths, dict):
             for tier in queue:
@@ -53,6 +54,7 @@ def read_signals(ctrl: Controller, now: float) -> Signals:
         ttft_p99_ms=_number(mine.get("ttft_ms_p99")) if fresh else None,
         idle_s=idle,
         waiting=waiting,
+        silent=silent,
     )
 
 
