@@ -76,14 +76,12 @@ def put_snapshot(
 
 
 def model_version(ws: Workspace, model_ref: str, runtime: str) -> str:
-    """The artifact whose weights will run: the ONNX export (made once) or the original."""
+    """The artifact whose weights will run: an ONNX export (made once) or the original."""
     model = ws.resolve(model_ref)
-    if runtime == "onnx":
-        record = ws.catalog.get_artifact(model)
-        if record is not None and record.metadata.get("format") == "onnx":
-            return model
-        return export_onnx(ws, model)
-    return model
+    record = ws.catalog.get_artifact(model)
+    if runtime == "sentence-transformers" or (record and record.metadata.get("format") == "onnx"):
+        return model
+    return export_onnx(ws, model, int8=runtime == "onnx-int8")
 
 
 def prepare(

@@ -5,7 +5,7 @@ from typing import Any
 
 from shipyard.errors import InvalidInput
 
-RUNTIMES = ("onnx", "sentence-transformers")
+RUNTIMES = ("onnx", "onnx-int8", "sentence-transformers")
 INDEX_KINDS = ("hnsw", "ivf", "flat")
 
 

@@ -20,6 +20,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     onnx = commands.add_parser("export-onnx", help="export a model to ONNX once, checked")
     onnx.add_argument("model", help="model artifact ref")
     onnx.add_argument("--name", help="alias for the export")
+    onnx.add_argument("--int8", action="store_true", help="quantize weights to int8 per channel")
     onnx.set_defaults(func=_export_onnx)
 
     snap = commands.add_parser("snapshot", help="store a folder of documents as a snapshot")
@@ -34,7 +35,9 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     run = commands.add_parser("run", help="plan, queue and run a backfill; prints the job id")
     run.add_argument("--snapshot", required=True, help="snapshot artifact ref")
     run.add_argument("--model", required=True, help="model artifact ref")
-    run.add_argument("--runtime", choices=("onnx", "sentence-transformers"), default="onnx")
+    run.add_argument(
+        "--runtime", choices=("onnx", "onnx-int8", "sentence-transformers"), default="onnx"
+    )
     run.add_argument("--max-tokens", type=int, default=128, help="word pieces per chunk (128)")
     run.add_argument("--overlap", type=int, default=16, help="tokens shared by chunks (16)")
     run.add_argument("--token-budget", type=int, default=8192, help="padded tokens a batch (8192)")
@@ -97,7 +100,7 @@ def _export_onnx(args: argparse.Namespace) -> int:
     from shipyard.batch import export_onnx
     from shipyard.workspace import Workspace
 
-    print(export_onnx(Workspace.open(), args.model, args.name))
+    print(export_onnx(Workspace.open(), args.model, args.name, int8=args.int8))
     return 0
 
 
