@@ -22,7 +22,8 @@ def tiny(tiny_model_dir: Path) -> tuple[Any, Any]:
 
 @pytest.fixture
 def engine(tiny: tuple[Any, Any]) -> Iterator[Engine]:
-    running = Engine(tiny[0], EngineConfig(block_size=4, max_batch=8)).start()
+    # Prompts longer than 8 tokens are prefilled in chunks, with decode steps in between.
+    running = Engine(tiny[0], EngineConfig(block_size=4, max_batch=8, prefill_chunk=8)).start()
     yield running
     running.stop()
 

@@ -51,6 +51,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="bound of the prefix KV cache (default 256; 0 turns it off)",
     )
     p.add_argument("--block-tokens", type=int, default=16, help="prefix-cache block size")
+    p.add_argument(
+        "--prefill-chunk",
+        type=int,
+        default=256,
+        help="prompt tokens per forward pass; the running batch steps between chunks",
+    )
     p.add_argument("--max-batch", type=int, default=8, help="running requests at most")
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests per tier")
     p.add_argument("--max-adapters", type=int, default=4, help="adapters loaded at once")
@@ -70,6 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "max_adapters": 1,
         "threads": 1,
         "block_tokens": 1,
+        "prefill_chunk": 1,
         "max_tokens_default": 1,
     }
     for name, low in lows.items():
@@ -139,6 +146,7 @@ def build(args: argparse.Namespace) -> Served:
         prefix_cache_bytes=int(args.prefix_cache_mib * MIB),
         block_size=args.block_tokens,
         max_queue=args.max_queue,
+        prefill_chunk=args.prefill_chunk,
     )
     engine = Engine(model, config, adapters=adapters, metrics=metrics).start()
     stop_ids = set(_as_ints(model.generation_config.eos_token_id))

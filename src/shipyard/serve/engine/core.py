@@ -42,6 +42,7 @@ class EngineConfig:
     prefix_cache_bytes: int = 256 * MIB
     block_size: int = 16
     max_queue: int = 256
+    prefill_chunk: int = 256  # prompt tokens per forward; decode steps run between chunks
 
 
 @dataclass(eq=False)
@@ -225,10 +226,16 @@ class Engine:
         ids = request.prompt_ids
         namespace = request.adapter or ""
         hit = self.prefix.lookup(namespace, ids)
-        todo = torch.tensor([ids[hit.tokens :]], dtype=torch.long)
-        cache = DynamicCache() if hit.layers is None else cache_of(hit.layers, todo.shape[1])
-        positions = torch.arange(hit.tokens, len(ids), dtype=torch.long).unsqueeze(0)
-        out = self._forward(todo, cache, [request.adapter], position_ids=positions)
+        todo = len(ids) - hit.tokens
+        cache = DynamicCache() if hit.layers is None else cache_of(hit.layers, todo)
+        chunk = self.config.prefill_chunk
+        for start in range(hit.tokens, len(ids), chunk):
+            end = min(start + chunk, len(ids))
+            piece = torch.tensor([ids[start:end]], dtype=torch.long)
+            positions = torch.arange(start, end, dtype=torch.long).unsqueeze(0)
+            out = self._forward(piece, cache, [request.adapter], position_ids=positions)
+            if end < len(ids) and self._rows:
+                self._step()  # a long prompt does not stall the running batch for its whole prefill
         layers = layers_of(out.cache)
         self.prefix.insert(namespace, ids, layers)
         self._count_prompt(len(ids), hit.tokens)
