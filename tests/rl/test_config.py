@@ -20,6 +20,8 @@ def test_yaml_and_json_load_to_the_same_config(tmp_path: Path) -> None:
     a, b = load_config(tmp_path / "a.yaml"), load_config(tmp_path / "a.json")
     assert a == b
     assert a.trainer.eta == 2 and a.trainer.lr == 1.0 and a.task.operators == ("+",)
+    small = RLConfig.from_dict({"model": {"d_model": 32, "n_heads": 2}}).model
+    assert (small.vocab_size, small.d_model, small.seq_len) == (98, 32, 64)
 
 
 @pytest.mark.parametrize(
@@ -33,6 +35,7 @@ def test_yaml_and_json_load_to_the_same_config(tmp_path: Path) -> None:
         ({"model": {"vocab_size": 10}}, "model.vocab_size"),
         ({"bogus": {}}, "unknown keys ['bogus']"),
         ({"seed": True}, "seed must be int"),
+        ({"model": {"seq_len": 12}, "task": {"think_max": 8}}, "model.seq_len must be >= 19"),
     ],
 )
 def test_a_bad_field_is_named(raw: dict[str, object], named: str) -> None:

@@ -42,6 +42,12 @@ class TaskConfig:
     think_mean: float = 0.0
     think_max: int = 0
 
+    def longest_example(self) -> int:
+        """Tokens of the longest warm-up row: BOS, prompt, thinking, answer, EOS."""
+        prompt = self.max_terms * self.max_digits + (self.max_terms - 1) * 3 + 1  # "a + b="
+        answer = self.max_terms * self.max_digits + 1  # a product's digits, or a sign
+        return 1 + prompt + self.think_max + answer + 1
+
     def validate(self) -> None:
         _check(self.env in ENVS, "task.env", f"must be one of {ENVS}")
         _check(1 <= self.max_digits <= 3, "task.max_digits", "must be in 1..3")
@@ -161,6 +167,8 @@ class RLConfig:
         self.model.validate()
         _check(self.model.vocab_size >= 98, "model.vocab_size", "must be >= 98 (the char vocab)")
         _check(self.sync in SYNC_MODES, "sync", f"must be one of {SYNC_MODES}")
+        need = self.task.longest_example()
+        _check(self.model.seq_len >= need, "model.seq_len", f"must be >= {need} for this task")
         _check(bool(self.name), "name", "must not be empty")
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,6 +192,8 @@ class RLConfig:
         built: dict[str, Any] = {}
         for key, value in raw.items():
             kind = sections.get(key)
+            if key == "model" and isinstance(value, dict):  # over this task's small model
+                value = {**asdict(_small_model()), **value}
             built[key] = _build(kind, value, key) if kind else _scalar(cls, key, value)
         try:
             return cls(**built)
