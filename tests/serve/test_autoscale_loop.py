@@ -55,6 +55,7 @@ def test_zero_wake_scale_up_replace_and_back_to_zero(
         # kills it after 3 probes, and a dead one is replaced; the router keeps answering
         victim = ctrl.replicas[ctrl.current][0]
         assert victim.pid is not None
+        ctrl.probe_timeout_s = 2.0  # the test's replicas are idle now: 2 s is plenty
         os.kill(victim.pid, signal.SIGSTOP)
         wait_for(
             lambda: (

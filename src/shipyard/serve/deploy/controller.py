@@ -70,6 +70,7 @@ class Controller:
         self.claimed = False  # whether start() made the record this controller's
         self.health: dict[str, dict[str, Any] | None] = {}  # replica -> its last /health
         self.misses: dict[str, int] = {}  # replica -> /health probes unanswered in a row
+        self.probe_timeout_s = PROBE_TIMEOUT_S
         self._saved: dict[str, Any] | None = None
         self._serial = 0
         self._lock = threading.RLock()
@@ -223,7 +224,7 @@ class Controller:
         if not live:
             return
         with ThreadPoolExecutor(len(live)) as pool:
-            reports = list(pool.map(lambda r: rp.health(r.url, PROBE_TIMEOUT_S), live))
+            reports = list(pool.map(lambda r: rp.health(r.url, self.probe_timeout_s), live))
         for replica, report in zip(live, reports, strict=True):
             self.health[replica.name] = report
             misses = 0 if report else self.misses.get(replica.name, 0) + 1
