@@ -1,11 +1,16 @@
 """The controller end to end: real worker and reward processes, real SIGKILLs, a resumed
 trainer, artifact weight sync, the code path through the sandbox, and quarantine."""
 
+import json
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from shipyard.errors import NotFound
 from shipyard.rl import Controller, RLConfig, metrics_text, report
 from shipyard.rl.checkpoint import alias
 from shipyard.rl.trajectory import QUARANTINED, SCORED
@@ -154,6 +159,26 @@ def test_an_outage_quarantines_and_trains_on_nothing(shipyard_home: Path) -> Non
     assert [a.kind for a in c.monitor.alerts] == ["error-rate"]
 
 
+def _children(pid: int) -> list[int]:
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 class _ws:
     def __enter__(self) -> Workspace:
         self.workspace = Workspace.open()
@@ -161,3 +186,63 @@ class _ws:
 
     def __exit__(self, *exc: object) -> None:
         self.workspace.close()
+
+
+TRAINER = """
+import argparse, sys
+from shipyard.cli import rl
+parser = argparse.ArgumentParser()
+rl.register(parser.add_subparsers(dest="command"))
+args = parser.parse_args(["rl", "run", sys.argv[1]])
+sys.exit(args.func(args))
+"""
+
+
+def test_a_sigkilled_trainer_resumes_from_its_checkpoint(
+    shipyard_home: Path, tmp_path: Path
+) -> None:
+    cfg = tiny(trainer={"steps": 1000, "checkpoint_every": 2})
+    config = tmp_path / "rl.json"
+    config.write_text(json.dumps(cfg.to_dict()))
+    trainer = subprocess.Popen(
+        [sys.executable, "-c", TRAINER, str(config)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        end = time.monotonic() + 120
+        saved: dict[str, Any] | None = None
+        while saved is None and time.monotonic() < end and trainer.poll() is None:
+            with _ws() as workspace:
+                try:
+                    workspace.get(alias("rl"), tmp_path / "ckpt")
+                    saved = json.loads((tmp_path / "ckpt" / "state.json").read_text())
+                except NotFound:
+                    time.sleep(0.1)
+        assert saved is not None, "no checkpoint was cut"
+        children = _children(trainer.pid)
+        assert len(children) == 3  # two rollout workers and the reward service
+    finally:
+        trainer.send_signal(signal.SIGKILL)  # mid-run, rollouts and scores in flight
+        trainer.wait()
+    end = time.monotonic() + 30
+    while any(_alive(pid) for pid in children) and time.monotonic() < end:
+        time.sleep(0.05)
+    assert not [pid for pid in children if _alive(pid)], "children outlived the trainer"
+    # The alias may have moved past the copy read above before the kill: resume from the last.
+    with _ws() as workspace:
+        workspace.get(alias("rl"), tmp_path / "last")
+    last = json.loads((tmp_path / "last" / "state.json").read_text())
+    resumed = Controller(tiny(trainer={"steps": last["version"] + 2}))
+    try:
+        resumed.prepare(resume=True)
+        assert resumed.version == last["version"] >= 2
+        restored = {t.uid: t for t in resumed.buffer.trajectories()}
+        assert len(restored) == len(last["buffer"]["trajectories"])
+        for item in last["buffer"]["trajectories"]:
+            assert restored[item["uid"]].versions == item["versions"]
+        resumed.run()
+    finally:
+        resumed.close()
+    assert resumed.version == last["version"] + 2
+    assert len(resumed.buffer.consumed) == len(set(resumed.buffer.consumed))

@@ -17,6 +17,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from shipyard.rl import verifiers
+from shipyard.rl.children import die_with_parent
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class Scored:
     error: str | None
 
 
-def _serve(conn: Connection, threads: int, sandbox: str) -> None:
+def _serve(conn: Connection, threads: int, sandbox: str, parent: int) -> None:
+    die_with_parent(parent)
     os.environ["OMP_NUM_THREADS"] = "1"
     pool = ThreadPoolExecutor(threads, thread_name_prefix="reward")
 
@@ -70,7 +72,10 @@ class RewardService:
         context = multiprocessing.get_context("fork")
         parent, child = context.Pipe()
         self._process = context.Process(
-            target=_serve, args=(child, self.threads, self.sandbox), name="rl-reward", daemon=True
+            target=_serve,
+            args=(child, self.threads, self.sandbox, os.getpid()),
+            name="rl-reward",
+            daemon=True,
         )
         self._process.start()
         child.close()

@@ -17,11 +17,13 @@ from typing import Any
 import torch
 
 from shipyard.rl import weights
+from shipyard.rl.children import die_with_parent
 from shipyard.rl.config import RLConfig
 from shipyard.rl.policy import build, sample
 
 
-def _serve(conn: Connection, cfg: RLConfig, index: int) -> None:
+def _serve(conn: Connection, cfg: RLConfig, index: int, parent: int) -> None:
+    die_with_parent(parent)
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     model = build(cfg.model, cfg.seed)
@@ -91,7 +93,7 @@ class WorkerHandle:
         parent, child = context.Pipe()
         self.process = context.Process(
             target=_serve,
-            args=(child, self.cfg, self.index),
+            args=(child, self.cfg, self.index, os.getpid()),
             name=f"rl-worker-{self.index}",
             daemon=True,
         )
