@@ -124,3 +124,20 @@ def test_contamination_flags_tasks_found_in_a_corpus(tmp_path: Path) -> None:
 def test_item_json_is_stable() -> None:
     item = Item("x", {"q": "a"}, 1, ("a", "b"), "c")
     assert item.as_json()["choices"] == ["a", "b"]
+
+
+@pytest.mark.fuzz
+@given(st.binary(max_size=300))
+def test_hostile_corpus_and_canary_files_raise_only_our_errors(data: bytes) -> None:
+    import tempfile
+
+    from shipyard.evals.canary import load_baseline
+    from shipyard.evals.contamination import read_corpus
+
+    with tempfile.TemporaryDirectory() as scratch:
+        corpus = Path(scratch) / "corpus.jsonl"
+        corpus.write_bytes(data)
+        with contextlib.suppress(ShipyardError):
+            list(read_corpus(corpus))
+        with contextlib.suppress(ShipyardError):
+            load_baseline(corpus)

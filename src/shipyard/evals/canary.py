@@ -53,11 +53,27 @@ def load_baseline(path: Path) -> dict[str, Any]:
         data = json.loads(path.read_text())
     except OSError as exc:
         raise InvalidInput(f"canary baseline {path}: {exc.strerror}; record one first") from None
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past the parser
         raise InvalidInput(f"canary baseline {path}: not JSON") from None
     if not isinstance(data, dict) or not {"model_id", "fingerprint", "scores"} <= set(data):
         raise InvalidInput(f"canary baseline {path}: needs model_id, fingerprint and scores")
+    scores = data["scores"]
+    if not isinstance(data["model_id"], str) or not isinstance(data["fingerprint"], dict):
+        raise InvalidInput(
+            f"canary baseline {path}: model_id must be a string, fingerprint an object"
+        )
+    if (
+        not isinstance(scores, dict)
+        or not scores
+        or not all(isinstance(k, str) and _finite(v) for k, v in scores.items())
+    ):
+        raise InvalidInput(f"canary baseline {path}: scores must map task names to numbers")
     return data
+
+
+def _finite(value: Any) -> bool:
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return number and math.isfinite(value)
 
 
 def record(

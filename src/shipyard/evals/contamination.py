@@ -125,7 +125,7 @@ def read_corpus(path: Path) -> Iterator[str]:
 def _text_of(line: str, where: str) -> str:
     try:
         record = json.loads(line)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise InvalidInput(f"{where}: not JSON") from None
     if not isinstance(record, dict) or not isinstance(record.get("text"), str):
         raise InvalidInput(f"{where}: a corpus line must be an object with a string 'text'")
