@@ -59,7 +59,7 @@ def blame_report(
     """Per honest host (namespace, address), when it blamed each of `liars` (seconds after the
     pulls started); whether every host blamed every liar, and the latest such moment; and how
     many honest peers were blamed by mistake."""
-    counts, latest, mistaken = [], [], 0
+    counts, latest, by_host, mistaken = [], [], [], 0
     for ns, address in honest:
         blamed = status(ns, address).get("blamed")
         at = {
@@ -68,12 +68,15 @@ def blame_report(
             if isinstance(b, dict)
         }
         counts.append(sum(liar in at for liar in liars))
-        latest += [at[liar] for liar in liars if liar in at]
+        times = [at[liar] for liar in liars if liar in at]
+        latest += times
+        by_host.append(round(max(times), 2) if times else None)
         mistaken += len(set(at) - set(liars))
     everyone = all(count == len(liars) for count in counts)
     return {
         "every_host_blamed_every_liar": everyone,
         "blamed_all_within_s": round(max(latest), 2) if everyone else None,
+        "blamed_all_within_s_by_host": by_host,  # in the order of `honest`
         "min_liars_blamed_by_a_host": min(counts),
         "honest_peers_blamed": mistaken,
     }
