@@ -71,7 +71,8 @@ SERVE = (
 def corpus_rows(chunks: int, corpus: Path | None, tokenizer: object) -> tuple[list, int]:
     """(doc id, UTF-8 text) rows holding about `chunks` chunks, and how many exactly."""
     with tempfile.TemporaryDirectory() as tmp:
-        pages = texts(build_warcs(corpus or Path(tmp)), min_words=20)
+        # Pages of the python docs hold ~10 chunks each: extract only as many as needed.
+        pages = texts(build_warcs(corpus or Path(tmp)), chunks // 4 + 50, min_words=20)
     step = POLICY.max_tokens - POLICY.overlap
     rows, total, lap = [], 0, 0
     while total < chunks:

@@ -49,7 +49,7 @@ def debian_chunks(count: int, corpus: Path | None, tokenizer_model: object) -> l
     """`count` chunk strings from the Debian documentation corpus, in corpus order."""
     with tempfile.TemporaryDirectory() as tmp:
         warcs = build_warcs(corpus or Path(tmp))
-        docs = texts(warcs, min_words=20)
+        docs = texts(warcs, count // 2 + 50, min_words=20)  # pages give several chunks each
     chunker = Chunker(tokenizer_model.tokenizer, POLICY, tokenizer_model.window)  # type: ignore[attr-defined]
     out: list[str] = []
     for start in range(0, len(docs), 200):

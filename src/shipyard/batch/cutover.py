@@ -8,6 +8,8 @@ from shipyard.workspace import Workspace
 
 def check_gate(ws: Workspace, ref: str, min_recall: float) -> str:
     """The index's id if it may serve; else `Conflict` naming its recall and the threshold."""
+    if not 0.0 <= min_recall <= 1.0:
+        raise InvalidInput(f"min recall must be from 0 to 1, not {min_recall}")
     index_id = ws.resolve(ref)
     record = ws.catalog.get_artifact(index_id)
     if record is None or record.kind != "index":
@@ -27,6 +29,8 @@ def flip(ws: Workspace, alias: str, ref: str, min_recall: float, expect: str | N
     """Point `alias` at index `ref` after the gate; returns the id it pointed at before (or "")."""
     index_id = check_gate(ws, ref, min_recall)
     current = ws.catalog.get_alias(alias) if expect is None else ws.resolve(expect)
+    if current == index_id:
+        raise Conflict(f"alias {alias!r} already points at {index_id[:16]}")
     ws.move_alias(alias, index_id, expect=current)
     return current or ""
 

@@ -57,6 +57,7 @@ class Loader:
     """Loads indexes at low CPU priority, off the query path, reusing encoders by version."""
 
     def __init__(self) -> None:
+        faiss.omp_set_num_threads(1)  # a query is one vector: threads would only contend
         self._models: dict[str, LoadedModel] = {}
         self._lock = threading.Lock()
 
