@@ -233,9 +233,11 @@ def test_a_sigkilled_trainer_resumes_from_its_checkpoint(
     with _ws() as workspace:
         workspace.get(alias("rl"), tmp_path / "last")
     last = json.loads((tmp_path / "last" / "state.json").read_text())
+    left_in_memory = list(Path("/dev/shm").glob(f"shipyard-rl-{trainer.pid}-*"))
     resumed = Controller(tiny(trainer={"steps": last["version"] + 2}))
     try:
         resumed.prepare(resume=True)
+        assert not [p for p in left_in_memory if p.exists()]  # the dead run's versions
         assert resumed.version == last["version"] >= 2
         restored = {t.uid: t for t in resumed.buffer.trajectories()}
         assert len(restored) == len(last["buffer"]["trajectories"])

@@ -7,6 +7,7 @@ A push returns the reference a worker needs; the time to publish is measured her
 load by the worker, which reports both with the version it now serves.
 """
 
+import os
 import shutil
 import tempfile
 import time
@@ -33,7 +34,10 @@ class Publisher:
     _dir: Path | None = None
 
     def __post_init__(self) -> None:
-        self._dir = Path(tempfile.mkdtemp(prefix=f"shipyard-rl-{self.name}-", dir=_shm_root()))
+        root = _shm_root()
+        _remove_orphans(root)
+        prefix = f"shipyard-rl-{os.getpid()}-"
+        self._dir = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
     def push(self, model: GPT, version: int) -> str:
         start = time.perf_counter()
@@ -67,6 +71,14 @@ class Publisher:
     def close(self) -> None:
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _remove_orphans(root: Path) -> None:
+    """Versions left in memory by a controller that was killed: its pid is gone."""
+    for folder in root.glob("shipyard-rl-*-*"):
+        pid = folder.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def load(model: GPT, ref: str) -> None:
