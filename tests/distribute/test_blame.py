@@ -9,6 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
+from shipyard.cli.peer import render_status
 from shipyard.distribute.blame import ORIGIN_AFTER_FAILURES, RETRACT_FOR, STANDING_STRIKES, Blame
 from shipyard.distribute.claims import Claims, PartialSources
 from shipyard.distribute.metrics import Metrics
@@ -143,6 +144,19 @@ def test_slowness_costs_no_standing_without_evidence_against_the_peer_itself() -
         now[0] += WINDOW / 2 + 0.1  # never three within the window
     assert A not in spread
     assert spread.metrics.values["shipyard_peer_claim_failures_total"][(("reason", "slow"),)] == 5
+
+
+def test_status_says_how_long_a_verdict_of_slowness_lasts() -> None:
+    now = [0.0]
+    blame = blame_at(now)
+    others_deliver(blame)
+    fall_short(blame, A, range(SHORTFALLS))
+    blame.corrupt([B], ART, 0, "bytes do not match")
+    reply = {"me": "me:1", "members_alive": 2, "holdings": [], "blamed": blame.report()}
+    table = render_status(reply)
+    assert f"blamed {A} (slow, until " in table and f"blamed {B} (corrupt): " in table
+    now[0] = PAROLE + 1
+    assert f"blamed {A} (slow, lapsed): " in render_status(reply | {"blamed": blame.report()})
 
 
 def test_a_reply_still_in_the_kernel_counts_as_progress() -> None:

@@ -198,9 +198,9 @@ def render_status(reply: dict[str, Any]) -> str:
         if held.get("origin_error"):
             lines.append(f"  origin: {held['origin_error']}")
     for blamed in reply.get("blamed", []):
-        why = blamed["reason"]
-        if blamed.get("until") is not None:  # a verdict of slowness, which lapses
-            until = time.strftime("%H:%M:%S", time.gmtime(blamed["until"]))
-            why += ", lapsed" if blamed.get("standing") else f", until {until} UTC"
+        why, until = blamed["reason"], blamed.get("until")
+        if isinstance(until, int | float) and 0 <= until < 1e11:  # slowness: the verdict lapses
+            when = time.strftime("%H:%M:%S", time.gmtime(until))
+            why += ", lapsed" if blamed.get("standing") else f", until {when} UTC"
         lines.append(f"blamed {blamed['peer']} ({why}): {blamed['detail']}")
     return "\n".join(lines)
