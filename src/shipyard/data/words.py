@@ -26,6 +26,7 @@ _SUFFIX = re.compile(english_rules.SUFFIX).search
 _INFIX = re.compile(english_rules.INFIX).finditer
 _URL = re.compile(english_rules.URL).match
 _SPECIAL = english_rules.SPECIAL
+_LONGEST_SPECIAL = max(map(len, _SPECIAL))
 _NON_WORD = r"[^\p{L}\p{N}_]+"  # RE2 syntax; Python's `\W` up to combining marks
 _CACHE_LIMIT = 1 << 19  # distinct chunks remembered per process before the cache starts over
 _cache: dict[str, tuple[str, ...]] = {}
@@ -126,7 +127,13 @@ def _merge_specials(pieces: tuple[str, ...]) -> tuple[str, ...]:
     out: list[str] = []
     i = 0
     while i < len(pieces):
-        for j in range(len(pieces), i + 1, -1):
+        # only spans short enough to spell a special case: a chunk of thousands of pieces (a run
+        # of "(((…") stays linear here instead of joining every span of it
+        end, width = i, 0
+        while end < len(pieces) and width + len(pieces[end]) <= _LONGEST_SPECIAL:
+            width += len(pieces[end])
+            end += 1
+        for j in range(end, i + 1, -1):
             special = _SPECIAL.get("".join(pieces[i:j]))
             if special is not None:
                 out += special
