@@ -313,8 +313,11 @@ class Controller:
         taken: list[tuple[str, dict[str, Any]]] = []
 
         def change(record: dict[str, Any]) -> None:
-            for key, command in sorted(record.get("commands", {}).items()):
-                if command.get("state") == "pending":
+            commands = record.get("commands")
+            if not isinstance(commands, dict):  # a hand-edited record: nothing to run
+                record["commands"] = commands = {}
+            for key, command in sorted(commands.items()):
+                if isinstance(command, dict) and command.get("state") == "pending":
                     command["state"] = "running"
                     taken.append((key, dict(command)))
 
@@ -363,4 +366,7 @@ def wait_command(
         if not pid_alive(record.get("controller_pid")):
             raise InvalidInput(f"the controller of {name!r} stopped before the command finished")
         time.sleep(0.2)
-    raise InvalidInput(f"command on {name!r} still running after {timeout:g} s")
+    raise InvalidInput(
+        f"command on {name!r} still running after {timeout:g} s; the controller carries on "
+        f"(follow it with `shipyard serve status {name}`)"
+    )
