@@ -36,6 +36,8 @@ def read_signals(ctrl: Controller, now: float) -> Signals:
     # The router's counters restart at each PUT: any change (or a restart at a lower count
     # with traffic) means requests arrived.
     fresh = total != memory.get("requests", 0)
+    # A batch deployment's clients wait by design: it scales on its queues alone.
+    timed = fresh and ctrl.spec.tier != "batch"
     if fresh or waiting or running or any(queue.values()):
         memory["last_request"] = now
     memory["requests"] = total
@@ -50,8 +52,8 @@ def read_signals(ctrl: Controller, now: float) -> Signals:
         running=running,
         # TTFT only while requests arrive: the router's window keeps a burst's latencies until
         # the next PUT, and they say nothing about a deployment that has gone quiet.
-        ttft_p50_ms=_number(mine.get("ttft_ms_p50")) if fresh else None,
-        ttft_p99_ms=_number(mine.get("ttft_ms_p99")) if fresh else None,
+        ttft_p50_ms=_number(mine.get("ttft_ms_p50")) if timed else None,
+        ttft_p99_ms=_number(mine.get("ttft_ms_p99")) if timed else None,
         idle_s=idle,
         waiting=waiting,
         silent=silent,
