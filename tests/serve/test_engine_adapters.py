@@ -43,10 +43,11 @@ def adapter_dirs(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory)
 
 
 def fetcher(ref: str, cache: Path) -> Any:
-    def fetch() -> Path:
+    def fetch() -> tuple[Path, bool]:
         ws = Workspace.open()  # the fetch runs on a thread of its own: its own connection
         try:
-            return materialise(ws, ref, cache, kind=ADAPTER_KIND).path
+            got = materialise(ws, ref, cache, kind=ADAPTER_KIND)
+            return got.path, got.fetched
         finally:
             ws.close()
 
@@ -65,12 +66,12 @@ def test_adapters_mix_in_one_batch_and_match_peft_alone(
     for name, path in adapter_dirs.items():
         put_adapter_dir(workspace, path, f"lora-{name}", base="tiny")
     fetchers = {n: fetcher(f"lora-{n}", tmp_path / "cache") for n in adapter_dirs}
-    loads: list[str] = []
+    loads: list[tuple[str, str]] = []
     adapters = AdapterSet(
         base(tiny_model_dir),
         fetchers,
         max_loaded=slots,
-        on_load=lambda name, source: loads.append(name),
+        on_load=lambda name, source: loads.append((name, source)),
     )
     engine = Engine(adapters.model, EngineConfig(block_size=4), adapters=adapters).start()
     ids = AutoTokenizer.from_pretrained(tiny_model_dir)("Ship the cargo north today")["input_ids"]
@@ -92,5 +93,6 @@ def test_adapters_mix_in_one_batch_and_match_peft_alone(
         assert isinstance(done, Done)
         assert tokens == reference_greedy(alone, ids, NEW), name
     assert got["a1"][0] != got[None][0]  # the adapter really changed the model
-    assert sorted(loads) == ["a1", "a2"]  # each loaded once; with one slot, one after the other
+    # Each loaded once, from the store (with one slot, one after the other).
+    assert sorted(loads) == [("a1", "store"), ("a2", "store")]
     assert len(adapters.loaded) <= slots

@@ -63,7 +63,9 @@ def served(tiny_model_dir: Path) -> Served:
     """The replica's request checks over the tiny model (its engine is never started)."""
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    engine = Engine(model, EngineConfig(), adapters=AdapterSet(model, {"a1": Path}))
+    engine = Engine(
+        model, EngineConfig(), adapters=AdapterSet(model, {"a1": lambda: (Path(), False)})
+    )
     return Served(engine, tokenizer, "tiny", "r0", "0" * 64, frozenset({2}))
 
 

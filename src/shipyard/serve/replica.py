@@ -123,11 +123,12 @@ def build(args: argparse.Namespace) -> Served:
     tokenizer = AutoTokenizer.from_pretrained(got.path)
     load_s = time.monotonic() - started
 
-    def fetcher(artifact_id: str) -> Callable[[], Path]:
-        def fetch() -> Path:
+    def fetcher(artifact_id: str) -> Callable[[], tuple[Path, bool]]:
+        def fetch() -> tuple[Path, bool]:
             space = Workspace.open()  # a connection of this thread's own
             try:
-                return materialise(space, artifact_id, cache, kind=ADAPTER_KIND).path
+                got = materialise(space, artifact_id, cache, kind=ADAPTER_KIND)
+                return got.path, got.fetched
             finally:
                 space.close()
 

@@ -1,10 +1,11 @@
 """LoRA adapters over one base model: loaded slots, then local disk, then the artifact store.
 
 Each adapter has a `fetch` that puts its peft directory on local disk (materialising it from the
-store the first time) and returns the path. A request naming an adapter starts that fetch at once
-in the background; the scheduler starts the request only when the adapter is on disk and a slot
-is free or holds an adapter no running request uses (the least recently used one is unloaded).
-Slots are peft adapters inside one `PeftModel`; a batch mixes them row by row (`adapter_names`).
+store the first time) and returns the path and whether it came from the store. A request naming
+an adapter starts that fetch at once in the background; the scheduler starts the request only
+when the adapter is on disk and a slot is free or holds an adapter no running request uses (the
+least recently used one is unloaded). Slots are peft adapters inside one `PeftModel`; a batch
+mixes them row by row (`adapter_names`).
 """
 
 import threading
@@ -22,7 +23,7 @@ class AdapterSet:
     def __init__(
         self,
         model: Any,
-        fetchers: dict[str, Callable[[], Path]] | None = None,
+        fetchers: dict[str, Callable[[], tuple[Path, bool]]] | None = None,
         max_loaded: int = 4,
         on_load: Callable[[str, str], None] | None = None,
     ) -> None:
@@ -32,6 +33,7 @@ class AdapterSet:
         self.on_load = on_load or (lambda name, source: None)
         self.loaded: OrderedDict[str, None] = OrderedDict()  # least recently used first
         self._paths: dict[str, Path] = {}
+        self._from_store: set[str] = set()  # fetched from the store, not loaded since
         self._errors: dict[str, str] = {}
         self._fetching: set[str] = set()
         self._lock = threading.Lock()
@@ -60,9 +62,11 @@ class AdapterSet:
 
     def _fetch(self, name: str) -> None:
         try:
-            path = self.fetchers[name]()
+            path, fetched = self.fetchers[name]()
             with self._lock:
                 self._paths[name] = path
+                if fetched:
+                    self._from_store.add(name)
         except Exception as exc:  # reported to the request that waits for it
             with self._lock:
                 self._errors[name] = f"adapter {name!r} could not be fetched: {exc}"
@@ -106,7 +110,10 @@ class AdapterSet:
                 del self.loaded[victim]
             self.model.set_adapter(name)
             self.model.delete_adapter(victim)
-        self.on_load(name, "disk")
+        with self._lock:
+            source = "store" if name in self._from_store else "disk"
+            self._from_store.discard(name)
+        self.on_load(name, source)
 
     def kwargs(self, names: list[str | None]) -> dict[str, Any]:
         """The forward arguments that give each row its own adapter (or none)."""
