@@ -72,6 +72,14 @@ class PieceCall:
         now = kernel_bytes_received(sock)
         return self.got if now is None else max(self.got, now - base)
 
+    def detach(self, unread_count: bool) -> None:
+        """The reply has ended: its count stays as it is now. `unread_count`: it ended early,
+        and bytes the kernel received but nobody read count too."""
+        if unread_count:
+            self.got = self.received()
+        with self._lock:
+            self._sock = self._kernel_base = None
+
     def too_slow(self, now: float, grace: float = RATE_GRACE) -> bool:
         """Whether the reply, read for at least `grace` seconds, averages under the floor."""
         since = self.active_since

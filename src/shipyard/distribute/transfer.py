@@ -210,9 +210,11 @@ class Lane:
             call.attach(sock)
             reply, refused = _receive_reply(sock, sink, self.where, self._key, call)
         except BaseException:
+            call.detach(unread_count=True)  # before the socket goes: what came, read or not
             with self._turn:
                 self._reset(sock)
             raise
+        call.detach(unread_count=False)  # read whole: what follows is the next reply's
         with self._turn:
             if self._sock is sock:
                 self._read += 1
