@@ -9,7 +9,7 @@ staler than η (`Buffer.take`): staleness never exceeds η, whatever the order o
 """
 
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait
@@ -33,6 +33,7 @@ from shipyard.rl.warmup import heldout_accuracy, warmup
 from shipyard.rl.weights import Publisher
 from shipyard.rl.worker import WorkerHandle
 
+RECENT_TOKENS = 100_000
 MAX_RESTARTS = 10  # per worker: a worker that cannot live is a bug to report, not to retry
 Hook = Callable[["Controller", str], None]  # called with an event name: "dispatch", "step"
 
@@ -54,8 +55,9 @@ class Counters:
     quarantined: Counter[str] = field(default_factory=Counter)
     staleness: Counter[int] = field(default_factory=Counter)
     history: list[dict[str, Any]] = field(default_factory=list)
-    is_ratio: list[float] = field(default_factory=list)
-    logp_diff: list[float] = field(default_factory=list)
+    # The last RECENT_TOKENS tokens' values: a long run's report stays bounded.
+    is_ratio: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_TOKENS))
+    logp_diff: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_TOKENS))
     sync_s: list[float] = field(default_factory=list)  # a worker's load of a new version
     worker_versions: dict[int, int] = field(default_factory=dict)
 
@@ -237,8 +239,8 @@ class Controller:
         self.counters.train_cpu_s += time.thread_time() - cpu
         self.counters.train_tokens += stats.tokens
         self.counters.staleness.update(batch.staleness)
-        self.counters.is_ratio += stats.is_ratio
-        self.counters.logp_diff += stats.logp_diff
+        self.counters.is_ratio.extend(stats.is_ratio)
+        self.counters.logp_diff.extend(stats.logp_diff)
         self.version += 1
         assert self.publisher is not None
         self.ref = self.publisher.push(self.model, self.version)
