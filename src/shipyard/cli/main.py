@@ -45,6 +45,11 @@ COMMANDS = {
     "db": "shipyard.cli.db",
     "sandbox": "shipyard.cli.sandbox",
     "ui": "shipyard.cli.ui",
+    "model": "shipyard.cli.model",
+    "serve": "shipyard.cli.serve",
+    "batch": "shipyard.cli.batch",
+    "eval": "shipyard.cli.evals",
+    "rl": "shipyard.cli.rl",
 }
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE, as a shell reports a writer whose reader went away
