@@ -19,7 +19,7 @@ async def _stream(client: httpx.AsyncClient, url: str, i: int) -> dict[str, Any]
     body = {
         "model": "tiny",
         "prompt": f"tenant {i % 4} shares this long system prompt. " * 8 + f"turn {i}",
-        "max_tokens": 48,
+        "max_tokens": 32,
         "stream": True,
     }
     events: list[str] = []
@@ -55,13 +55,13 @@ def test_real_replicas_killed_under_load_lose_no_request_that_had_not_streamed(
 
         async def run() -> list[dict[str, Any]]:
             async with httpx.AsyncClient(timeout=120) as client:
-                tasks = [asyncio.create_task(_stream(client, router.url, i)) for i in range(16)]
+                tasks = [asyncio.create_task(_stream(client, router.url, i)) for i in range(12)]
                 deadline = time.monotonic() + 60
                 while httpx.get(f"{victim.url}/health").json()["running"] < 1:
                     assert time.monotonic() < deadline, "the victim got no load"
                     await asyncio.sleep(0.01)
                 victim.proc.kill()
-                late = [asyncio.create_task(_stream(client, router.url, i)) for i in range(16, 24)]
+                late = [asyncio.create_task(_stream(client, router.url, i)) for i in range(12, 18)]
                 return list(await asyncio.gather(*tasks, *late))
 
         results = asyncio.run(run())
@@ -73,5 +73,5 @@ def test_real_replicas_killed_under_load_lose_no_request_that_had_not_streamed(
     for result in broken:  # began streaming on the victim, then said why it stopped
         assert len(result["events"]) >= 2 and "replica_failed" in result["events"][-1]
         assert "r0" in result["events"][-1]
-    assert all(r in complete for r in results[16:])  # sent after the kill: none lost
-    assert len(complete) >= 8
+    assert all(r in complete for r in results[12:])  # sent after the kill: none lost
+    assert len(complete) >= 6

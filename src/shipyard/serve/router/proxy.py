@@ -81,9 +81,12 @@ class Forwarder:
             response = await self._route(
                 deployment, version, path, request, rid, adapter, sent, start, primary
             )
-        finally:
-            if not primary.done() and not request.stream:
+        except BaseException:
+            if not primary.done():
                 primary.set_result((0, ""))
+            raise
+        if not primary.done() and not isinstance(response, RelayResponse):
+            primary.set_result((response.status_code, ""))
         return response
 
     async def _route(
@@ -111,7 +114,7 @@ class Forwarder:
                 stats.record(None, error=True)
                 if not primary.done():
                     primary.set_result((503, ""))
-                self._count(deployment, version, refusal.status if refusal else 503)
+                self.count(deployment, version, refusal.status if refusal else 503)
                 if refusal is not None:  # e.g. a scaled-to-zero stand-in's 503 + Retry-After
                     return Response(refusal.body, refusal.status, refusal.headers)
                 reasons = "; ".join(failures) if failures else str(exc)
@@ -156,14 +159,15 @@ class Forwarder:
                 try:
                     whole = opened.first + b"".join([c async for c in opened.rest])
                 except httpx.HTTPError as exc:
-                    failures.append(self._failed(state, exc, "while answering"))
+                    failures.append(failure(state, exc, "while answering"))
                     continue
                 finally:
                     await opened.upstream.aclose()
+                ttft = time.perf_counter() - start  # unstreamed: the first byte is the answer
                 if status == 200:
                     self.metrics.ttft.labels(deployment.name, version.version).observe(ttft)
                 stats.record(ttft if status == 200 else None, error=status >= 500)
-                self._count(deployment, version, status)
+                self.count(deployment, version, status)
                 if not primary.done():
                     primary.set_result((status, answer_text(whole) if status == 200 else ""))
                 return Response(
@@ -184,7 +188,7 @@ class Forwarder:
         try:
             upstream = await self.client.send(outgoing, stream=True)
         except httpx.HTTPError as exc:
-            return self._failed(state, exc, "before answering")
+            return failure(state, exc, "before answering")
         if upstream.status_code in RETRY_STATUS:
             body = b""
             try:
@@ -206,14 +210,8 @@ class Forwarder:
             first = await anext(rest, b"")
         except httpx.HTTPError as exc:
             await upstream.aclose()
-            return self._failed(state, exc, "before its first byte")
+            return failure(state, exc, "before its first byte")
         return Opened(upstream, first, rest)
-
-    def _failed(self, state: ReplicaState, exc: httpx.HTTPError, when: str) -> str:
-        why = f"{state.name}: {type(exc).__name__} {when}"
-        if not isinstance(exc, httpx.TimeoutException):  # a dead replica, not a slow one
-            state.mark_down(why)
-        return why
 
     async def _mirror(
         self,
@@ -265,8 +263,16 @@ class Forwarder:
         )
         self.metrics.mirrored.labels(deployment.name, shadow.version).inc()
 
-    def _count(self, deployment: Deployment, version: VersionSpec, status: int) -> None:
+    def count(self, deployment: Deployment, version: VersionSpec, status: int) -> None:
         self.metrics.requests.labels(deployment.name, version.version, str(status)).inc()
+
+
+def failure(state: ReplicaState, exc: httpx.HTTPError, when: str) -> str:
+    """Why `state` failed; a dead replica (not a slow one) leaves rotation until it answers."""
+    why = f"{state.name}: {type(exc).__name__} {when}"
+    if not isinstance(exc, httpx.TimeoutException):
+        state.mark_down(why)
+    return why
 
 
 class Relay:
@@ -303,7 +309,7 @@ class Relay:
                 why = f"{self.state.name}: the stream ended before [DONE]"
                 self.state.mark_down(why)
         except httpx.HTTPError as exc:
-            why = self.forwarder._failed(self.state, exc, "mid-stream")
+            why = failure(self.state, exc, "mid-stream")
         finally:
             if why:
                 self.error = True
@@ -331,7 +337,7 @@ class Relay:
         self.state.in_flight -= 1
         status = 599 if self.error else 200  # 599: failed after the 200 was sent
         self.deployment.stats.version(self.version.version).record(self.ttft, error=self.error)
-        self.forwarder._count(self.deployment, self.version, status)
+        self.forwarder.count(self.deployment, self.version, status)
         if not self.primary.done():
             self.primary.set_result((status, self.text.text() if self.text else ""))
         await self.opened.upstream.aclose()
