@@ -71,6 +71,8 @@ def register(subparsers: "argparse._SubParsersAction[Parser]") -> None:
     watch.add_argument("--full", default="arith-mc,arith-gen,rg-basic-arithmetic,humaneval")
     watch.add_argument("--every", type=int, default=5, help="full tier on every Nth model (5)")
     watch.add_argument("--interval", type=float, default=5.0, help="seconds between polls")
+    watch.add_argument("--tokenizer", type=Path, help="for an alias of trainer checkpoints")
+    watch.add_argument("--n-heads", type=int, help="checkpoints' attention heads, if unrecorded")
     watch.set_defaults(func=_watch)
 
     canary = commands.add_parser("canary", help="re-run the reference model if the harness moved")
@@ -268,7 +270,9 @@ def _watch(args: argparse.Namespace) -> int:
 
     policy = TriggerPolicy(_refs_tuple(args.fast), _refs_tuple(args.full), args.every)
     ws, queue = _open()
-    watch(ws, queue, args.alias, policy, args.interval)
+    watch(
+        ws, queue, args.alias, policy, args.interval, tokenizer=args.tokenizer, n_heads=args.n_heads
+    )
     return 0
 
 

@@ -3,12 +3,14 @@
 Every new checkpoint (or model alias move) gets the fast tier; every Nth one on the same source,
 and every promotion candidate, also gets the full tier. The trainer's checkpoint commit calls
 `on_checkpoint`; `shipyard eval watch ALIAS` calls it for each move of an alias. A checkpoint
-seen before on a source is never enqueued again (recorded in the database).
+seen before on a source is never enqueued again (recorded in the database). A committed trainer
+checkpoint is imported as a model first (`on_checkpoint_commit`).
 """
 
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from shipyard.errors import InvalidInput
 from shipyard.evals.runner import Planned, plan
@@ -45,14 +47,37 @@ def on_checkpoint(
     source: str,
     model_id: str,
     promotion_candidate: bool = False,
+    seen_as: str | None = None,
 ) -> list[Planned]:
     """Enqueue the tiers `policy` picks for a new checkpoint of `source` (a run, an alias);
-    nothing if this checkpoint was seen on `source` before."""
+    nothing if this checkpoint (`seen_as`, default the model id) was seen on `source` before."""
     store = ResultStore(queue.db)
-    tiers = store.add_trigger(source, model_id, lambda n: policy.tiers(n, promotion_candidate))
+    decide = lambda n: policy.tiers(n, promotion_candidate)  # noqa: E731
+    tiers = store.add_trigger(source, seen_as or model_id, decide)
     if tiers is None:
         return []
     return plan(queue, model_id, policy.tasks(tiers))
+
+
+def on_checkpoint_commit(
+    queue: Queue,
+    workspace: Workspace,
+    policy: TriggerPolicy,
+    checkpoint: str,
+    tokenizer: Path,
+    source: str,
+    promotion_candidate: bool = False,
+    n_heads: int | None = None,
+) -> list[Planned]:
+    """For a committed trainer checkpoint (an artifact ref): import it as a model (once: the
+    import is content-addressed) and enqueue the tiers `policy` picks."""
+    from shipyard.serve.model_import import import_trainer_model
+
+    checkpoint_id = workspace.resolve(checkpoint)
+    if ResultStore(queue.db).seen_trigger(source, checkpoint_id):
+        return []
+    model = import_trainer_model(workspace, checkpoint_id, None, tokenizer, n_heads)
+    return on_checkpoint(queue, policy, source, model.id, promotion_candidate, checkpoint_id)
 
 
 def watch(
@@ -63,11 +88,26 @@ def watch(
     interval: float = 5.0,
     should_stop: Callable[[], bool] = lambda: False,
     note: Callable[[str], None] = print,
+    tokenizer: Path | None = None,
+    n_heads: int | None = None,
 ) -> None:
-    """Poll `alias` and trigger each artifact it has pointed at, oldest move first."""
+    """Poll `alias` and trigger each artifact it has pointed at, oldest move first: a model as
+    it is, a trainer checkpoint imported first (with `tokenizer`, and `n_heads` where the
+    checkpoint does not record it)."""
     source = f"alias:{alias}"
+    store = ResultStore(queue.db)
     while not should_stop():
         for event in workspace.catalog.alias_history(alias):
-            for planned in on_checkpoint(queue, policy, source, event.new_id):
-                note(f"{event.new_id[:16]} {planned.task}: {planned.enqueued} items enqueued")
+            if store.seen_trigger(source, event.new_id):
+                continue
+            if workspace.manifest(event.new_id).kind == "checkpoint":
+                if tokenizer is None:
+                    raise InvalidInput(f"{alias} points at checkpoints: give the tokenizer")
+                planned = on_checkpoint_commit(
+                    queue, workspace, policy, event.new_id, tokenizer, source, n_heads=n_heads
+                )
+            else:
+                planned = on_checkpoint(queue, policy, source, event.new_id)
+            for p in planned:
+                note(f"{event.new_id[:16]} {p.task}: {p.enqueued} items enqueued")
         time.sleep(interval)
