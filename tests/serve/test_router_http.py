@@ -10,7 +10,9 @@ import httpx
 import pytest
 from tests.serve.router_stub import Proc, start_router, start_stub
 
+from shipyard.errors import NotFound
 from shipyard.httpguard import read_token
+from shipyard.serve.router import RouterClient
 
 
 def system(tenant: int) -> str:
@@ -252,3 +254,17 @@ def test_a_replica_killed_under_load_loses_no_request_that_had_not_streamed(
     assert all(r["replica"] == "survivor" for r in results[24:])  # after the kill: all moved
     stats = status(router, "load")["versions"]["v1"]
     assert stats["requests"] == 40 and stats["errors"] == len(failed)
+
+
+def test_the_python_client_puts_reads_and_deletes(
+    router: tuple[Proc, str], pool: list[Proc]
+) -> None:
+    client = RouterClient(router[0].url, token=router[1])
+    replicas = [{"name": "c0", "url": pool[2].url, "adapters": []}]
+    put_reply = client.put("client-made", [{"version": "v1", "weight": 1, "replicas": replicas}])
+    assert put_reply["versions"]["v1"]["replicas"][0]["name"] == "c0"
+    assert client.status("client-made")["versions"]["v1"]["requests"] == 0
+    assert client.mirrored("client-made")["mirrored"] == []
+    assert client.delete("client-made") == {"deleted": "client-made"}
+    with pytest.raises(NotFound, match="client-made"):
+        client.status("client-made")
