@@ -49,10 +49,12 @@ from shipyard.batch import (
     shard_path,
     submit,
 )
+from shipyard.batch.chunker import Chunker
 from shipyard.batch.index import build, collect
 from shipyard.batch.models import export_onnx, import_minilm, load
 from shipyard.batch.service import SERVICE
 from shipyard.batch.shards import read_shard
+from shipyard.batch.snapshot import decode
 from shipyard.data.corpus import build_warcs, texts
 from shipyard.httpguard import read_token
 from shipyard.queue import open_queue
@@ -87,8 +89,6 @@ def corpus_rows(chunks: int, corpus: Path | None, tokenizer: object) -> tuple[li
 
 
 def expected_keys(ws: Workspace, version: str, rows: list) -> set[tuple[str, int]]:
-    from shipyard.batch.chunker import Chunker
-    from shipyard.batch.snapshot import decode
 
     model = load(ws, version)
     chunker = Chunker(model.tokenizer, POLICY, model.window)
@@ -127,7 +127,9 @@ def main() -> None:
         os.environ["SHIPYARD_HOME"] = home
         ws = Workspace.open()
         version = export_onnx(ws, import_minilm(ws))
-        rows, planned = corpus_rows(args.chunks, args.corpus, load(ws, version).tokenizer)
+        model = load(ws, version)
+        counter = Chunker(model.tokenizer, POLICY, model.window).tokenizer  # no truncation
+        rows, planned = corpus_rows(args.chunks, args.corpus, counter)
         snapshot = put_snapshot(ws, iter(rows), name="debian-docs")
         job = prepare(ws, snapshot, version, POLICY, EncodeConfig(), args.shard_seconds)
         queue = open_queue()

@@ -104,6 +104,8 @@ def test_flip_under_queries_then_rollback_restores_the_old_index(
             assert admin.get("/v1/index").json()["current"] == old
             bad = admin.get("/v1/search", params={"q": "x" * 5000})
             assert bad.status_code == 400 and "characters" in bad.json()["error"]
+            long = admin.get("/v1/search", params={"q": "apt " * 200})  # 202 tokens > 128
+            assert long.status_code == 400 and "never silently truncated" in long.json()["error"]
     finally:
         stop.set()
         client_thread.join()

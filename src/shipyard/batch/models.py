@@ -104,6 +104,9 @@ def load(ws: Workspace, ref: str) -> LoadedModel:
     if not (folder / "tokenizer.json").is_file():
         raise InvalidInput(f"model {version[:16]}: no tokenizer.json")
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    # MiniLM's tokenizer.json pads and truncates to 128: lengths are ours to decide.
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
     backend: Backend
     if (folder / ONNX_FILE).is_file():
         meta = json.loads((folder / ENCODER_FILE).read_text())
