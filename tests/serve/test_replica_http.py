@@ -1,9 +1,12 @@
 """The replica over real HTTP: OpenAI endpoints, streaming, tiers, adapters, hostile input."""
 
 import json
+import signal
 from pathlib import Path
+from typing import Any
 
 import httpx
+import pytest
 from tests.serve.test_engine_adapters import make_adapter
 
 from shipyard.serve.models import put_adapter_dir
@@ -90,6 +93,8 @@ def test_replica_over_http(tiny_model, workspace: Workspace, start_replica, tmp_
         ):
             assert name in metrics, name
 
+    check_drain_on_sigterm(replica)
+
 
 def check_completions_chat_and_streams(client: httpx.Client, artifact: str) -> None:
     health = client.get("/health").json()
@@ -153,3 +158,21 @@ def check_tiers(url: str) -> None:
     assert rest[-1] == "data: [DONE]"
     error = json.loads(rest[-2][6:])["error"]
     assert error["code"] == 503 and "preempted" in error["message"]
+
+
+def check_drain_on_sigterm(replica: Any) -> None:
+    """SIGTERM: no new connections, but a stream already running ends whole, then exit 0."""
+    body = GOOD | {"prompt": "Go", "max_tokens": 120, "stream": True}
+    with (
+        httpx.Client(base_url=replica.url, timeout=60) as client,
+        client.stream("POST", "/v1/completions", json=body) as events,
+    ):
+        lines = (line for line in events.iter_lines() if line.startswith("data: "))
+        assert next(lines)
+        replica.proc.send_signal(signal.SIGTERM)
+        rest = list(lines)
+    assert rest[-1] == "data: [DONE]"
+    assert json.loads(rest[-2][6:])["usage"]["completion_tokens"] == 120
+    assert replica.proc.wait(timeout=60) == 0
+    with pytest.raises(httpx.ConnectError):
+        httpx.get(f"{replica.url}/health", timeout=5)

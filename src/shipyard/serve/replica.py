@@ -9,7 +9,9 @@ import argparse
 import json
 import os
 import secrets
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable
 from http.server import ThreadingHTTPServer
@@ -62,6 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-adapters", type=int, default=4, help="adapters loaded at once")
     p.add_argument("--max-tokens-default", type=int, default=256)
     p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+    p.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, how long requests already taken may take to finish (default 30)",
+    )
     p.add_argument("--name", help="replica name for x-shipyard-replica (default replica-PID)")
     p.add_argument("--served-model-name", help="the `model` requests use (default: --model)")
     p.add_argument(
@@ -78,6 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "block_tokens": 1,
         "prefill_chunk": 1,
         "max_tokens_default": 1,
+        "drain_seconds": 0.0,
     }
     for name, low in lows.items():
         if not getattr(args, name) >= low:  # NaN fails too
@@ -203,13 +212,24 @@ def main(argv: list[str] | None = None) -> int:
         flush=True,
     )
     print(f"listening http://{args.host}:{port}", flush=True)
+    stopping = threading.Event()
+
+    def on_term(signum: int, frame: object) -> None:
+        # shutdown() waits for serve_forever, which runs on this (the main) thread.
+        if not stopping.is_set():
+            stopping.set()
+            threading.Thread(target=server.shutdown, daemon=True).start()
+
+    signal.signal(signal.SIGTERM, on_term)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
+        server.server_close()  # new connections are refused from now on
+        if not served.drain(args.drain_seconds):
+            print("warning: requests still running at the drain deadline", file=sys.stderr)
         served.engine.stop()
-        server.server_close()
     return 0
 
 

@@ -9,7 +9,10 @@ first token exists, so an error before that is still a plain HTTP error a router
 import json
 import logging
 import queue
+import threading
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from typing import Any
@@ -55,6 +58,24 @@ class Served:
     stop_ids: frozenset[int]
     default_max_tokens: int = 256
     info: dict[str, Any] = field(default_factory=dict)  # load timings and such, for /health
+    _active: int = 0  # completion calls being answered
+    _idle: threading.Condition = field(default_factory=threading.Condition)
+
+    @contextmanager
+    def answering(self) -> Iterator[None]:
+        with self._idle:
+            self._active += 1
+        try:
+            yield
+        finally:
+            with self._idle:
+                self._active -= 1
+                self._idle.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until every call being answered has had its last byte written."""
+        with self._idle:
+            return self._idle.wait_for(lambda: self._active == 0, timeout)
 
     def health(self) -> dict[str, Any]:
         e = self.engine
@@ -154,7 +175,8 @@ class ReplicaHandler(BaseHTTPRequestHandler):
             self._check_post()
             body = self.guard.read_json(self.headers, self.rfile.read)
             kind = "chat" if path.endswith("chat/completions") else "completion"
-            self._complete(parse(kind, body))  # type: ignore[arg-type]
+            with self.served.answering():
+                self._complete(parse(kind, body))  # type: ignore[arg-type]
         except Refused as exc:
             self._error(exc.status, exc.reason)
         except FieldError as exc:
