@@ -147,3 +147,17 @@ def test_batched_loglikelihoods_equal_unbatched(tiny_dirs: Callable[[int], Path]
     positions = range(len(context) - 1, len(context) + len(continuation) - 1)
     plain = sum(float(logits[p, t]) for p, t in zip(positions, continuation, strict=True))
     assert abs(plain - batched[0].logprob) < 1e-4
+
+
+def test_a_task_changed_after_planning_stores_nothing_under_the_old_key(
+    queue: Queue, workspace: Workspace, put_tiny: Callable[[int], str], tmp_path: Path
+) -> None:
+    model = put_tiny(0)
+    path = _mc_file(tmp_path / "task.jsonl", "Q: {question}\nA:")
+    (run,) = plan(queue, model, [f"jsonl:{path}"])
+    _mc_file(path, "Question: {question}\nAnswer:")  # edited before any worker ran it
+    stats = work(queue, workspace, model)
+    assert stats.completed == 0 and stats.failed == 3 * 12  # every attempt refused
+    assert ResultStore(queue.db).done_items(run.run_key) == set()
+    dead = queue.dead(queue_name(model))
+    assert len(dead) == 12 and "changed since run" in str(dead[0].history[-1].reason)

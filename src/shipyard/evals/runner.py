@@ -121,14 +121,16 @@ class EvalWorker:
         return self._tasks[ref]
 
     def _work(self, group: list[QueueItem]) -> None:
-        try:
-            todo = [(q, *self._resolve(q)) for q in group]
-        except ShipyardError as exc:
-            for q in group:
-                self.queue.fail(q.id, q.token, f"cannot load its task: {exc}")
-            self.stats.failed += len(group)
-            return
-        todo = [(q, t, i) for q, t, i in todo if not self._stored(q, t, i)]
+        todo = []
+        for q in group:
+            try:
+                task, item = self._resolve(q)
+            except ShipyardError as exc:
+                self.queue.fail(q.id, q.token, str(exc))
+                self.stats.failed += 1
+                continue
+            if not self._stored(q, task, item):
+                todo.append((q, task, item))
         mc = [(q, t, i) for q, t, i in todo if t.kind == "mc"]
         try:
             outputs = self._multiple_choice(mc)
@@ -166,6 +168,13 @@ class EvalWorker:
         if not isinstance(payload, dict) or not {"run", "task", "item"} <= set(payload):
             raise InvalidInput(f"queue item {q.id}: not an eval payload")
         task, items = self._task(str(payload["task"]))
+        if RunKey.of(self.model_id, task).hash != payload["run"]:
+            # The task's items, template, shots or sampling changed since it was planned: its
+            # outputs now would not be those of the planned run, so none is stored under it.
+            raise InvalidInput(
+                f"task {task.name} changed since run {payload['run']} was planned "
+                "(version, template, few-shot set or sampling): plan it again"
+            )
         item = items.get(str(payload["item"]))
         if item is None:
             raise InvalidInput(f"task {task.name} has no item {payload['item']!r}")
