@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from shipyard.serve.deploy.controller import wait_command
+from shipyard.serve.deploy.state import Records
 from shipyard.serve.models import put_model_dir
 from shipyard.workspace import Workspace
 
@@ -87,6 +89,20 @@ eval_gate: {{items: {items}}}
         assert workspace.catalog.get_alias("tiny") == broken.id
         assert ctrl.current == tiny_model.id[:12]
         assert complete(router, PROMPTS[1]).json()["choices"][0]["text"] == lines[1]["expected"]
+
+        # Two rollouts asked at once: the second is refused while the first runs
+        records = Records(shipyard_home)
+        keys = ["9000000000.000001-a", "9000000000.000002-b"]
+
+        def ask_twice(record: dict[str, Any]) -> None:
+            for key in keys:
+                record["commands"][key] = {"op": "rollout", "to": good.id, "state": "pending"}
+
+        records.update("chat", ask_twice)
+        second = wait_command(records, "chat", keys[1], 60, lambda record: None)
+        assert second["exit_code"] == 3 and "already running" in second["message"]
+        first = wait_command(records, "chat", keys[0], 120, lambda record: None)
+        assert first["exit_code"] == 3  # the alias still points elsewhere: its CAS fails again
 
         decisions = [
             json.loads(line)

@@ -117,9 +117,10 @@ def describe(record: dict[str, Any]) -> str:
     rollout = record.get("rollout")
     if rollout:
         stages = spec.get("canary", {}).get("stages", [])
-        stage = stages[rollout["stage"]] if rollout["stage"] < len(stages) else "?"
+        index = rollout.get("stage", 0)
+        stage = f"{stages[index]:g}" if isinstance(index, int) and index < len(stages) else "?"
         lines.append(
-            f"  rollout to {rollout['candidate'][:16]}: {rollout['status']} at {stage:g}%"
+            f"  rollout to {rollout['candidate'][:16]}: {rollout['status']} at {stage}%"
             + (f" ({rollout['reason']})" if rollout.get("reason") else "")
         )
     updated = record.get("updated")

@@ -19,9 +19,9 @@ def tick(ctrl: Controller) -> None:
     for key, command in ctrl.take_commands():
         try:
             if command.get("op") == "rollout":
-                ctrl.rollout_command = key
                 canary.begin(ctrl, str(command.get("to", "")))
-                continue  # finished when the rollout ends
+                ctrl.rollout_command = key  # finished when the rollout ends
+                continue
             if command.get("op") == "rollback":
                 message = canary.rollback(ctrl)
                 if ctrl.rollout_command:
@@ -30,8 +30,6 @@ def tick(ctrl: Controller) -> None:
             else:
                 ctrl.finish_command(key, False, f"unknown command {command.get('op')!r}", 2)
         except ShipyardError as exc:
-            if key == ctrl.rollout_command:
-                ctrl.rollout_command = None
             ctrl.finish_command(key, False, str(exc), exc.exit_code)
     now = time.monotonic()
     due = now - ctrl.scaling.get("last_tick", -math.inf) >= ctrl.spec.autoscale.interval_s
