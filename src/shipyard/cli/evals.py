@@ -151,9 +151,12 @@ def _spawn(model: str, workers: int, batch: int, lease: float) -> None:
 
 
 def _line(run: dict[str, Any]) -> str:
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
     return (
-        f"{run['task']:<24} {run['mean']:.4f} ± {run['se']:.4f}  n={run['scored']}/{run['items']}"
-        f"  {json.dumps(run['outcomes'])}"
+        f"{run['task']:<24} {number(run['mean'])} ± {number(run['se'])}  "
+        f"n={run['scored']}/{run['items']}  {json.dumps(run['outcomes'])}"
     )
 
 

@@ -115,9 +115,14 @@ def _scores(queue: Queue, model_id: str, refs: Sequence[str], work: Work) -> dic
     planned = plan(queue, model_id, refs)
     work(model_id)
     store = ResultStore(queue.db)
-    for ref, p in zip(refs, planned, strict=True):  # a new judge scores the stored outputs
-        store.rescore(get_task(ref), p.run_key)
-    return {
-        ref: float(summarize(store, store.run(p.run_key))["mean"])
-        for ref, p in zip(refs, planned, strict=True)
-    }
+    scores = {}
+    for ref, p in zip(refs, planned, strict=True):
+        store.rescore(get_task(ref), p.run_key)  # a new judge scores the stored outputs
+        line = summarize(store, store.run(p.run_key))
+        if line["mean"] is None or line["scored"] != line["items"]:
+            raise InvalidInput(
+                f"canary task {ref}: {line['scored']} of {line['items']} items scored; "
+                "see `shipyard queue dead eval.<model>`"
+            )
+        scores[ref] = float(line["mean"])
+    return scores

@@ -23,8 +23,14 @@ class Estimate:
     n: int
     clusters: int  # 0 when not clustered
 
-    def as_json(self) -> dict[str, float | int]:
-        return {"mean": self.mean, "se": self.se, "n": self.n, "clusters": self.clusters}
+    def as_json(self) -> dict[str, float | int | None]:
+        """JSON-safe: an undefined mean or error (no items, one item, one cluster) is null."""
+        return {
+            "mean": self.mean if math.isfinite(self.mean) else None,
+            "se": self.se if math.isfinite(self.se) else None,
+            "n": self.n,
+            "clusters": self.clusters,
+        }
 
 
 def estimate(values: Sequence[float], clusters: Sequence[str | None] | None = None) -> Estimate:
