@@ -8,6 +8,7 @@ kept.
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import httpx
@@ -17,6 +18,7 @@ from shipyard.serve.router.table import ReplicaState, Table
 DEFAULT_INTERVAL_S = 1.0
 TIMEOUT_S = 2.0
 MAX_HEALTH = 64 << 10
+log = logging.getLogger("shipyard.router")
 _NUMBERS = ("running", "kv_used_bytes", "kv_budget_bytes", "prefix_cache_bytes", "prefix_hit_rate")
 
 
@@ -73,5 +75,8 @@ async def check_all(client: httpx.AsyncClient, table: Table) -> None:
 async def run_checks(client: httpx.AsyncClient, table: Table, interval_s: float) -> None:
     """Check every replica each `interval_s` seconds, until cancelled."""
     while True:
-        await check_all(client, table)
+        try:
+            await check_all(client, table)
+        except Exception:  # a bug must not stop the checks for good: say so, keep checking
+            log.exception("health checks failed")
         await asyncio.sleep(interval_s)
