@@ -22,8 +22,9 @@ def test_longest_prefix_whole_blocks_never_the_last_token() -> None:
     assert cache.bytes == 12 * BYTES_PER_TOKEN
 
     hit = cache.lookup("", prompt)  # all 12 cached, but the last token must be computed
-    assert hit.tokens == 8 and hit.layers is not None
-    assert hit.layers[0][0][0, 0, :, 0].tolist() == prompt[:8]
+    assert hit.tokens == 8 and len(hit.blocks) == 2
+    keys = torch.cat([block[0][0] for block in hit.blocks], dim=2)  # layer 0's keys
+    assert keys[0, 0, :, 0].tolist() == prompt[:8]
 
     longer = [*prompt, 7, 8, 9]
     assert cache.lookup("", longer).tokens == 12

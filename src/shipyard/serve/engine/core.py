@@ -20,6 +20,7 @@ from transformers import DynamicCache
 from shipyard.serve.engine.adapters import AdapterSet
 from shipyard.serve.engine.kv import (
     cache_of,
+    cache_of_blocks,
     keep_rows,
     kv_bytes_per_token,
     layers_of,
@@ -227,7 +228,7 @@ class Engine:
         namespace = request.adapter or ""
         hit = self.prefix.lookup(namespace, ids)
         todo = len(ids) - hit.tokens
-        cache = DynamicCache() if hit.layers is None else cache_of(hit.layers, todo)
+        cache = cache_of_blocks(hit.blocks, todo) if hit.blocks else DynamicCache()
         chunk = self.config.prefill_chunk
         for start in range(hit.tokens, len(ids), chunk):
             end = min(start + chunk, len(ids))

@@ -31,8 +31,16 @@ def layers_of(cache: Any) -> Layers:
 
 def cache_of(layers: Layers, spare: int = 64) -> DynamicCache:
     """A cache holding `layers` (copied once) with room for `spare` more tokens per layer."""
+    return cache_of_blocks([layers], spare)
+
+
+def cache_of_blocks(blocks: list[Layers], spare: int = 64) -> DynamicCache:
+    """A cache holding `blocks` one after another in time (each copied once into place)."""
     cache = DynamicCache()
-    cache.layers = [GrowingLayer(k, v, spare) for k, v in layers]
+    cache.layers = [
+        GrowingLayer([b[i][0] for b in blocks], [b[i][1] for b in blocks], spare)
+        for i in range(len(blocks[0]))
+    ]
     return cache
 
 
@@ -44,14 +52,16 @@ class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]
     of the filled part, so attention sees exactly the same numbers.
     """
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, spare: int) -> None:
+    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor], spare: int) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.is_initialized = True
-        self.device = keys.device
+        self.device = keys[0].device
         self._n = 0
-        self._k = keys.new_empty((*keys.shape[:2], keys.shape[2] + max(1, spare), keys.shape[3]))
-        self._v = values.new_empty((*values.shape[:2], self._k.shape[2], values.shape[3]))
-        self.update(keys, values)
+        first, room = keys[0], sum(k.shape[2] for k in keys) + max(1, spare)
+        self._k = first.new_empty((*first.shape[:2], room, first.shape[3]))
+        self._v = values[0].new_empty((*values[0].shape[:2], room, values[0].shape[3]))
+        for k, v in zip(keys, values, strict=True):
+            self.update(k, v)
 
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
@@ -73,17 +83,6 @@ class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]
 
 def nbytes(layers: Layers) -> int:
     return sum(k.nbytes + v.nbytes for k, v in layers)
-
-
-def concat_time(parts: list[Layers]) -> Layers:
-    """Per layer, the parts' keys and values joined along time (a fresh copy)."""
-    return [
-        (
-            torch.cat([p[i][0] for p in parts], dim=2),
-            torch.cat([p[i][1] for p in parts], dim=2),
-        )
-        for i in range(len(parts[0]))
-    ]
 
 
 def slice_time(layers: Layers, start: int, end: int) -> Layers:

@@ -11,7 +11,7 @@ import itertools
 import threading
 from dataclasses import dataclass, field
 
-from shipyard.serve.engine.kv import Layers, concat_time, nbytes, slice_time
+from shipyard.serve.engine.kv import Layers, nbytes, slice_time
 
 _clock = itertools.count(1)
 
@@ -28,8 +28,8 @@ class _Node:
 
 @dataclass(frozen=True)
 class Hit:
-    tokens: int  # prompt tokens covered by `layers`
-    layers: Layers | None  # None when nothing was reused
+    tokens: int  # prompt tokens covered by `blocks`
+    blocks: list[Layers]  # each block's KV, in order (empty when nothing was reused)
 
 
 class PrefixCache:
@@ -60,13 +60,13 @@ class PrefixCache:
                     break
                 path.append(node)
             if not path:
-                return Hit(0, None)
+                return Hit(0, [])
             self.hits += 1
             now = next(_clock)
             for hit in path:
                 hit.used = now
-            parts = [n.layers for n in path if n.layers is not None]
-        return Hit(len(path) * self.block_size, concat_time(parts))
+            blocks = [n.layers for n in path if n.layers is not None]
+        return Hit(len(path) * self.block_size, blocks)
 
     def insert(self, namespace: str, ids: list[int], layers: Layers) -> None:
         """Add the whole blocks of `ids`, whose KV are `layers`' first columns (batch of one)."""
