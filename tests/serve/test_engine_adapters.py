@@ -64,7 +64,7 @@ def test_adapters_mix_in_one_batch_and_match_peft_alone(
 ) -> None:
     torch.set_num_threads(1)
     for name, path in adapter_dirs.items():
-        put_adapter_dir(workspace, path, f"lora-{name}", base="tiny")
+        put_adapter_dir(workspace, path, f"lora-{name}")
     fetchers = {n: fetcher(f"lora-{n}", tmp_path / "cache") for n in adapter_dirs}
     loads: list[tuple[str, str]] = []
     adapters = AdapterSet(

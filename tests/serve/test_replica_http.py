@@ -8,8 +8,8 @@ from typing import Any
 import httpx
 import pytest
 from tests.serve.test_engine_adapters import make_adapter
+from tests.serve.test_models_import import cli
 
-from shipyard.serve.models import put_adapter_dir
 from shipyard.workspace import Workspace
 
 GOOD = {"model": "tiny", "prompt": "Hello", "max_tokens": 3, "temperature": 0}
@@ -17,7 +17,12 @@ GOOD = {"model": "tiny", "prompt": "Hello", "max_tokens": 3, "temperature": 0}
 
 def test_replica_over_http(tiny_model, workspace: Workspace, start_replica, tmp_path: Path) -> None:
     adapter = make_adapter(tiny_model.path, tmp_path / "a1", seed=1)
-    put_adapter_dir(workspace, adapter, "lora-a1", base="tiny")
+    assert (
+        cli("model", "import", "adapter", str(adapter), "--base", "tiny", "--name", "lora-a1") == 0
+    )
+    record = workspace.catalog.get_artifact(workspace.resolve("lora-a1"))
+    assert record is not None and record.kind == "adapter"
+    assert record.metadata == {"format": "peft", "base": tiny_model.id}
     # 0.2 MiB of KV is ~800 tokens of the tiny model: two long requests cannot both run.
     replica = start_replica(
         "--model", "tiny", "--adapter", "a1=lora-a1", "--name", "r0", "--kv-cache-mib", "0.2"

@@ -1,4 +1,4 @@
-"""`shipyard model import smollm2|checkpoint` and `shipyard model ls`: model artifacts to serve."""
+"""`shipyard model import smollm2|checkpoint|adapter` and `shipyard model ls`."""
 
 import argparse
 import os
@@ -35,6 +35,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     ckpt.add_argument("--name", help="alias to point at the artifact")
     ckpt.set_defaults(func=_import_checkpoint)
 
+    adapter = sources.add_parser("adapter", help="a peft LoRA adapter directory (save_pretrained)")
+    adapter.add_argument("directory", type=Path, help="holds adapter_config.json")
+    adapter.add_argument("--base", help="the model it adapts (alias or id), recorded as its input")
+    adapter.add_argument("--name", help="alias to point at the artifact")
+    adapter.set_defaults(func=_import_adapter)
+
     ls = commands.add_parser("ls", help="model artifacts, their aliases and sources")
     ls.set_defaults(func=_ls)
 
@@ -67,6 +73,18 @@ def _import_checkpoint(args: argparse.Namespace) -> int:
         record = import_trainer_model(
             ws, args.ref, args.name, args.tokenizer, args.n_heads, note=_note
         )
+    finally:
+        ws.close()
+    print(record.id)
+    return 0
+
+
+def _import_adapter(args: argparse.Namespace) -> int:
+    from shipyard.serve.models import put_adapter_dir
+
+    ws = Workspace.open()
+    try:
+        record = put_adapter_dir(ws, args.directory, args.name, base=args.base)
     finally:
         ws.close()
     print(record.id)

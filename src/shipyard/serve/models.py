@@ -42,11 +42,14 @@ def put_model_dir(
 def put_adapter_dir(
     ws: Workspace, directory: Path, name: str | None, *, base: str | None = None
 ) -> ArtifactRecord:
-    """Store a peft `save_pretrained` adapter directory as an adapter artifact."""
+    """Store a peft `save_pretrained` adapter directory as an adapter artifact; `base` (a ref to
+    the model it adapts) is recorded as its input and in its metadata."""
     if not (directory / "adapter_config.json").is_file():
         raise InvalidInput(f"{directory}: no adapter_config.json (is it a peft adapter?)")
-    metadata = {"format": "peft", "base": base or ""}
-    return ws.put(directory, ADAPTER_KIND, name=name, metadata=metadata)
+    base_id = ws.resolve(base) if base else ""
+    metadata = {"format": "peft", "base": base_id}
+    inputs = (base_id,) if base_id else ()
+    return ws.put(directory, ADAPTER_KIND, name=name, inputs=inputs, metadata=metadata)
 
 
 @dataclass(frozen=True)
