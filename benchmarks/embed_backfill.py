@@ -180,7 +180,7 @@ def main() -> None:
             (rows[i][0], rows[i][1] + b"\nUpdated after the snapshot.", "upsert") for i in changed
         ]
         change_rows += [(rows[i][0], b"", "delete") for i in deleted]
-        change_rows += [(f"new/page-{n}", rows[n][1], "upsert") for n in range(50)]
+        change_rows += [(f"new/page-{n}", rows[n][1], "upsert") for n in range(min(50, len(rows)))]
         changes = put_snapshot(ws, change_rows, changes=True, of=snapshot)
         delta = catch_up(ws, queue, job, changes, args.lease)
         new_index, recall = build_index(ws, job, IndexConfig(kind="hnsw"), delta)
@@ -194,7 +194,10 @@ def main() -> None:
         assert service.stdout is not None
         url = service.stdout.readline().split()[-1]
         token = read_token(SERVICE, Path(home))
-        words = [r[1].decode(errors="replace").split()[:12] for r in rng.sample(rows, 200)]
+        words = [
+            r[1].decode(errors="replace").split()[:12]
+            for r in rng.sample(rows, min(200, len(rows)))
+        ]
         queries = [" ".join(w) for w in words if w]
         samples: list[tuple[float, float, bool]] = []  # (start, seconds, ok)
         quit_client = threading.Event()

@@ -34,7 +34,7 @@ class Job:
     encode: EncodeConfig
     output: str  # folder that holds <model>/<snapshot>/shard-NNNNN.parquet
     shards: tuple[Shard, ...] = field(default=())
-    max_attempts: int = 5
+    max_attempts: int = 10  # shards are idempotent: kills spend attempts, not correctness
 
     @property
     def id(self) -> str:
