@@ -26,7 +26,8 @@ its restart it asked for and stored a piece.
 
 --liar MODE: after the clean warm run, the same swarm again with its last `--liars` (4) hosts
 replaced by liars (`fanout_liars.py`): liar_vs_clean = the honest hosts' time / the clean
-run's, when each honest host blamed each liar, and the bytes left in partial files; with
+run's, when each honest host blamed each liar (the latest per host in
+blamed_all_within_s_by_host), and the bytes left in partial files; with
 `--starve N`, N honest daemons are stopped for 2 s and run for 0.4 s over and over meanwhile,
 and honest_peers_blamed says whether any host took them for liars.
 --dead-seed: every host's only seed is an address where nothing listens; they must meet on the
