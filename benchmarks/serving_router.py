@@ -16,7 +16,8 @@ hit rate (cached prompt tokens / prompt tokens, from /health).
     python benchmarks/serving_router.py [--tenants 8] [--requests 160] [--rate 0.5] [--quick]
 
 JSON per policy: ttft_ms p50/p99, tokens_per_s, prefix_hit_rate, load_max_over_mean (requests
-per replica, max / mean) and placements over the bounded-load cap (client-side view). Last line:
+per replica, max / mean), the tenants each replica served, and placements over the router's
+in-flight cap (client-side view; `--epsilon` bounds keys, spills get max(epsilon, 1)). Last line:
 value = Shipyard (prefix) TTFT p50 ms, baseline = round-robin TTFT p50 ms, ratio = baseline /
 value (goal >= 3 at equal throughput, p99 no worse, max load <= (1 + epsilon) x mean).
 """
@@ -37,6 +38,7 @@ from typing import Any
 import httpx
 
 from shipyard.httpguard import call, read_token
+from shipyard.serve.router.policy import MIN_SPILL_EPSILON
 
 MODEL = "smollm2-135m"
 KV_BYTES_PER_TOKEN = 30 * 2 * 3 * 64 * 4
@@ -190,7 +192,8 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def over_cap(results: list[Result], replicas: list[str], epsilon: float) -> int:
-    """Placements that left their replica over ceil((1+eps)(in flight)/n) (client view)."""
+    """Placements that left their replica over ceil((1+eps)(in flight)/n) (client view), eps
+    being the router's in-flight (spill) slack."""
     count = 0
     done = [r for r in results if r.replica]
     for r in done:
@@ -199,6 +202,11 @@ def over_cap(results: list[Result], replicas: list[str], epsilon: float) -> int:
         if mine > math.ceil((1 + epsilon) * len(live) / len(replicas)):
             count += 1
     return count
+
+
+def spill_epsilon(epsilon: float) -> float:
+    """The router's in-flight slack for `--epsilon` (keys get `epsilon`, spills at least 1)."""
+    return max(epsilon, MIN_SPILL_EPSILON)
 
 
 def run_policy(
@@ -256,7 +264,7 @@ def run_policy(
         "requests_per_replica": per_replica,
         "tenants_per_replica": tenants,
         "load_max_over_mean": round(max(per_replica.values()) / mean, 3) if mean else None,
-        "placements_over_cap": over_cap(ok, list(per_replica), args.epsilon),
+        "placements_over_cap": over_cap(ok, list(per_replica), spill_epsilon(args.epsilon)),
     }
 
 
@@ -328,6 +336,7 @@ def main() -> None:
                 "tokens_per_s": {p: r["tokens_per_s"] for p, r in results.items()},
                 "load_max_over_mean": {p: r["load_max_over_mean"] for p, r in results.items()},
                 "epsilon": args.epsilon,
+                "spill_epsilon": spill_epsilon(args.epsilon),
                 "sizes": sizes,
                 "loadavg_before": [round(x, 2) for x in load],
                 "loadavg_after": [round(x, 2) for x in os.getloadavg()],

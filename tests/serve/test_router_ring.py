@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from shipyard.serve.router.keys import KeyTable
 from shipyard.serve.router.policy import (
     LeastLoadedPolicy,
     PrefixPolicy,
@@ -88,7 +89,7 @@ def test_a_hot_prefix_never_puts_a_replica_over_the_bound(
     replicas: int, epsilon: float, arrivals: int
 ) -> None:
     reps = {f"r{i}": Rep() for i in range(replicas)}
-    ring, policy = Ring(reps), PrefixPolicy(epsilon)
+    ring, policy = Ring(reps), PrefixPolicy(epsilon, spill_epsilon=epsilon)
     hot = Route("d/v1", b"the one system prompt everyone shares")
     for _ in range(arrivals):
         _place(policy, ring, reps, hot)
@@ -109,7 +110,7 @@ def test_each_placement_respects_the_cap_as_requests_come_and_go(
     ops: list[tuple[bool, int]], epsilon: float
 ) -> None:
     reps = {f"r{i}": Rep() for i in range(4)}
-    ring, policy = Ring(reps), PrefixPolicy(epsilon)
+    ring, policy = Ring(reps), PrefixPolicy(epsilon, spill_epsilon=epsilon)
     for arrive, n in ops:
         if arrive or not any(r.in_flight for r in reps.values()):
             total = sum(r.in_flight for r in reps.values())
@@ -124,14 +125,18 @@ def test_each_placement_respects_the_cap_as_requests_come_and_go(
 def test_a_prefix_goes_to_its_owner_until_the_owner_is_full() -> None:
     reps = {f"r{i}": Rep() for i in range(3)}
     ring, policy = Ring(reps), PrefixPolicy(0.5)
+    assert policy.spill_epsilon == 1.0  # spills get more slack than keys by default
     route = Route("d/v1", b"prefix")
     owner = ring.owner(route.key)
     first = policy.choose(ring, reps, route)
     assert first is not None and (first.name, first.outcome) == (owner, "owner")
-    reps[owner].in_flight = 5  # cap = ceil(1.5 * 6 / 3) = 3
+    reps[owner].in_flight = 3  # cap = ceil(2 * 4 / 3) = 3
     spilled = policy.choose(ring, reps, route)
     assert spilled is not None and spilled.outcome == "spilled" and spilled.name != owner
     assert spilled.name == next(n for n in ring.walk(route.key) if n != owner)
+    reps[owner].in_flight = 1  # a spill does not move the key: back to its warm cache
+    again = policy.choose(ring, reps, route)
+    assert again is not None and (again.name, again.outcome) == (owner, "owner")
 
 
 def test_a_session_sticks_to_its_replica_unless_that_one_is_overloaded() -> None:
@@ -181,3 +186,104 @@ def test_no_eligible_replica_gives_no_choice() -> None:
     ring = Ring(["r0"])
     for policy in (PrefixPolicy(0.25), RoundRobinPolicy(), LeastLoadedPolicy()):
         assert policy.choose(ring, {}, Route("d/v1", b"k")) is None
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _owned(table: KeyTable, members: list[str]) -> dict[str, int]:
+    return {m: table.owned(m) for m in members}
+
+
+@given(
+    replicas=st.integers(min_value=1, max_value=6),
+    epsilon=st.sampled_from([0.0, 0.1, 0.25, 1.0]),
+    keys=st.lists(st.integers(min_value=0, max_value=40), min_size=1, max_size=120),
+)
+def test_no_replica_owns_more_than_the_key_cap(
+    replicas: int, epsilon: float, keys: list[int]
+) -> None:
+    members = [f"r{i}" for i in range(replicas)]
+    ring, table = Ring(members), KeyTable(epsilon, clock=Clock())
+    for k in keys:
+        table.assign(ring, members, f"tenant-{k}".encode())
+        cap = load_cap(len(table) - 1, replicas, epsilon)  # ceil((1 + eps) * K / n)
+        assert max(_owned(table, members).values()) <= cap
+        assert sum(_owned(table, members).values()) == len(table)
+
+
+def test_eight_tenants_split_evenly_where_the_ring_gives_one_replica_six() -> None:
+    members = ["r0", "r1"]
+    ring = Ring(members)
+    # Tenant sets whose ring owners are lumpy: at least 6 of 8 on one replica.
+    lumpy = next(
+        keys
+        for base in range(1000)
+        if (keys := [f"set{base}-tenant-{t}".encode() for t in range(8)])
+        and max(sum(ring.owner(k) == m for k in keys) for m in members) >= 6
+    )
+    for epsilon, most in ((0.0, 4), (0.25, 5)):
+        table = KeyTable(epsilon, clock=Clock())
+        for _ in range(3):  # assignments stick: the later rounds move nothing
+            placed = {k: table.assign(ring, members, k) for k in lumpy}
+        assert max(_owned(table, members).values()) <= most
+        assert placed == {k: table.replica_of(k) for k in lumpy}
+
+
+@given(
+    members=st.sets(names, min_size=2, max_size=8),
+    keys=st.lists(st.integers(min_value=0, max_value=30), min_size=1, max_size=60),
+    epsilon=st.sampled_from([0.0, 0.25, 1.0]),
+    data=st.data(),
+)
+def test_a_replica_leaving_or_joining_moves_only_its_own_keys(
+    members: set[str], keys: list[int], epsilon: float, data: st.DataObject
+) -> None:
+    changed = data.draw(st.sampled_from(sorted(members)))
+    ring, table = Ring(members), KeyTable(epsilon, clock=Clock())
+    distinct = sorted({f"k{k}".encode() for k in keys})
+    for k in keys:
+        table.assign(ring, members, f"k{k}".encode())
+    before = {k: table.replica_of(k) for k in distinct}
+    rest = members - {changed}
+    after = {k: table.assign(ring, rest, k) for k in distinct}  # `changed` is down
+    for k in distinct:
+        assert after[k] == before[k] or before[k] == changed
+        assert after[k] != changed
+    smaller, table = Ring(rest), KeyTable(epsilon, clock=Clock())
+    for k in keys:
+        table.assign(smaller, rest, f"k{k}".encode())
+    before = {k: table.replica_of(k) for k in distinct}
+    table.assign(ring, members, distinct[0])  # `changed` joins the ring
+    after = {k: table.replica_of(k) for k in distinct}
+    for k in distinct:
+        assert after[k] == before[k] or after[k] == changed
+        if after[k] == changed:
+            assert ring.owner(k) == changed  # only keys whose walk now starts at it
+
+
+def test_idle_keys_expire_and_free_their_share() -> None:
+    clock = Clock()
+    ring, table = Ring(["r0", "r1"]), KeyTable(0.0, ttl_s=60, clock=clock)
+    for t in range(4):
+        table.assign(ring, ["r0", "r1"], f"old-{t}".encode())
+    assert len(table) == 4
+    clock.now = 30
+    table.assign(ring, ["r0", "r1"], b"old-0")  # used again: kept
+    clock.now = 61
+    table.assign(ring, ["r0", "r1"], b"new")
+    assert len(table) == 2 and table.replica_of(b"old-1") is None
+    assert table.replica_of(b"old-0") is not None
+
+
+def test_the_key_table_forgets_the_least_recently_used_beyond_its_size() -> None:
+    ring, table = Ring(["r0", "r1"]), KeyTable(0.25, max_keys=3, clock=Clock())
+    for t in range(5):
+        table.assign(ring, ["r0", "r1"], f"k{t}".encode())
+    assert len(table) == 3 and table.replica_of(b"k1") is None and table.replica_of(b"k4")
+    assert table.owned("r0") + table.owned("r1") == 3
