@@ -10,11 +10,12 @@ def schemas() -> tuple[Schema, ...]:
 
     Imported when a db command runs: building the parser must not load the trainer's package."""
     from shipyard.catalog.schema import CATALOG
+    from shipyard.evals.schema import EVALS
     from shipyard.queue.schema import QUEUE
     from shipyard.scheduler.store import SCHEDULER
     from shipyard.train.state import TRAIN
 
-    return (CATALOG, QUEUE, SCHEDULER, TRAIN)
+    return (CATALOG, QUEUE, SCHEDULER, TRAIN, EVALS)
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

@@ -29,19 +29,33 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     rollout = commands.add_parser("rollout", help="canary NAME to a new model version")
     rollout.add_argument("name", help="the deployment")
     rollout.add_argument("--to", required=True, metavar="REF", help="alias or artifact id")
-    rollout.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS")
+    rollout.add_argument(
+        "--timeout",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="give up waiting for the canary after this long (default 3600)",
+    )
     rollout.set_defaults(func=_rollout)
 
     rollback = commands.add_parser("rollback", help="stop a canary, or return to the warm version")
     rollback.add_argument("name", help="the deployment")
-    rollback.add_argument("--timeout", type=float, default=120.0, metavar="SECONDS")
+    rollback.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="give up waiting for the controller after this long (default 120)",
+    )
     rollback.set_defaults(func=_rollback)
 
     for name, module in (("router", "router"), ("replica", "replica")):
         passthrough = commands.add_parser(
             name, help=f"run `python -m shipyard.serve.{module}` (its options follow)"
         )
-        passthrough.add_argument("options", nargs=argparse.REMAINDER)
+        passthrough.add_argument(
+            "options", nargs=argparse.REMAINDER, help=f"options of shipyard.serve.{module}"
+        )
         passthrough.set_defaults(func=_passthrough, module=module)
 
 
