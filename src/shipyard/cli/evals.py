@@ -68,7 +68,11 @@ def register(subparsers: "argparse._SubParsersAction[Parser]") -> None:
     watch = commands.add_parser("watch", help="evaluate every model an alias points at")
     watch.add_argument("alias", help="the alias to follow")
     watch.add_argument("--fast", default="arith-mc", help="fast-tier tasks, comma-separated")
-    watch.add_argument("--full", default="arith-mc,arith-gen,rg-basic-arithmetic,humaneval")
+    watch.add_argument(
+        "--full",
+        default="arith-mc,arith-gen,rg-basic-arithmetic,humaneval",
+        help="full-tier tasks, comma-separated",
+    )
     watch.add_argument("--every", type=int, default=5, help="full tier on every Nth model (5)")
     watch.add_argument("--interval", type=float, default=5.0, help="seconds between polls")
     watch.add_argument("--tokenizer", type=Path, help="for an alias of trainer checkpoints")
