@@ -4,7 +4,8 @@
    reused under new ids when the corpus runs out), all-MiniLM-L6-v2 through its ONNX export.
 2. The job runs on `--workers` local worker processes; one of them is SIGKILLed every
    `--kill-every` seconds (the executor starts a replacement; the dead worker's shard comes
-   back when its lease runs out).
+   back when its lease runs out). A shard killed more often than its 10 attempts allow is
+   dead-lettered; the script then requeues it (`shipyard queue requeue`) and reports how many.
 3. Every committed shard is read back: `lost_chunks` are chunks the chunker says should exist
    and no shard holds, `duplicate_chunks` are (doc, chunk) pairs held twice.
 4. Yesterday's index (flat, from the same vectors) serves under an alias from
@@ -153,6 +154,12 @@ def main() -> None:
         finally:
             stop.set()
             chaos.join()
+        # A shard killed more often than its attempts allow is dead-lettered; the operator's
+        # move is `shipyard queue requeue`, then the job finishes (no kills meanwhile).
+        requeued = queue.requeue(job.queue) if done.dead else 0
+        if requeued:
+            print(f"{requeued} dead shards requeued", flush=True)
+            done = run_local(job, args.workers, args.lease)
         embed_s = time.time() - embed_started
 
         found: list[tuple[str, int]] = []
@@ -253,6 +260,7 @@ def main() -> None:
         "shards": len(job.shards),
         "workers": args.workers,
         "kills": len(kills),
+        "dead_shards_requeued": requeued,
         "embed_seconds": round(embed_s, 1),
         "cpu_s_per_1k_chunks": round(done.cpu_s_per_1k_chunks, 2),
         "total_seconds": round(time.time() - started, 1),
