@@ -2,11 +2,14 @@
 
 import json
 import signal
+import socket
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from tests.serve.deploy_support import wait_for
 from tests.serve.test_engine_adapters import make_adapter
 from tests.serve.test_models_import import cli
 
@@ -97,6 +100,7 @@ def test_replica_over_http(tiny_model, workspace: Workspace, start_replica, tmp_
             "shipyard_serve_generated_tokens_total",
         ):
             assert name in metrics, name
+        check_client_leaving_cancels(client)
 
     check_drain_on_sigterm(replica)
 
@@ -163,6 +167,37 @@ def check_tiers(url: str) -> None:
     assert rest[-1] == "data: [DONE]"
     error = json.loads(rest[-2][6:])["error"]
     assert error["code"] == 503 and "preempted" in error["message"]
+
+
+def check_client_leaving_cancels(client: httpx.Client) -> None:
+    """A client that leaves mid-answer (streamed or whole) frees its row in the engine."""
+    long = GOOD | {"prompt": "Go", "max_tokens": 490}
+
+    def cancelled() -> float:
+        for family in text_string_to_metric_families(client.get("/metrics").text):
+            for sample in family.samples:
+                if sample.name == "shipyard_serve_requests_total" and sample.labels == {
+                    "tier": "standard",
+                    "outcome": "cancelled",
+                }:
+                    return sample.value
+        return 0.0
+
+    before = cancelled()
+    with client.stream("POST", "/v1/completions", json=long | {"stream": True}) as events:
+        assert next(line for line in events.iter_lines() if line.startswith("data: "))
+    wait_for(lambda: cancelled() == before + 1, 60, "the abandoned stream's cancellation")
+
+    host, port = client.base_url.host, client.base_url.port
+    body = json.dumps(long).encode()
+    with socket.create_connection((host, port), timeout=30) as raw:
+        raw.sendall(
+            b"POST /v1/completions HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (host.encode(), port or 80, len(body), body)
+        )
+        wait_for(lambda: client.get("/health").json()["running"] == 1, 60, "the whole call")
+    wait_for(lambda: cancelled() == before + 2, 60, "the abandoned call's cancellation")
+    assert client.get("/health").json()["running"] == 0
 
 
 def check_drain_on_sigterm(replica: Any) -> None:

@@ -6,6 +6,7 @@ into memory); both are timed, logged as one JSON line on stderr and reported in 
 """
 
 import argparse
+import contextlib
 import json
 import os
 import secrets
@@ -14,14 +15,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.httpguard import Guard, is_loopback
+from shipyard.httpguard.asgi import start_server
 from shipyard.serve.models import ADAPTER_KIND, materialise
-from shipyard.serve.replica_http import ReplicaHandler, Served
+from shipyard.serve.replica_http import Served, create_app
 from shipyard.workspace import Workspace
 
 MIB = 1 << 20
@@ -190,46 +191,34 @@ def _as_ints(value: object) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    stopping = threading.Event()
+    # SIGTERM: refuse new connections, let the calls already taken finish (up to the drain).
+    signal.signal(signal.SIGTERM, lambda signum, frame: stopping.set())
     try:
         served = build(args)
     except ShipyardError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    handler = type(
-        "Handler",
-        (ReplicaHandler,),
-        {
-            "served": served,
-            "guard": Guard("replica", secrets.token_urlsafe(32), args.host),  # Host checks only
-        },
-    )
-    server = ThreadingHTTPServer((args.host, args.port), handler)
-    server.daemon_threads = True
-    port = server.server_address[1]
+    guard = Guard("replica", secrets.token_urlsafe(32), args.host)  # Host and body rules only
+    try:
+        server = start_server(create_app(served, guard), args.host, args.port, "replica-http")
+    except ShipyardError as exc:
+        served.engine.stop()
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     print(
         json.dumps({"event": "loaded", "replica": served.replica, **served.info}),
         file=sys.stderr,
         flush=True,
     )
-    print(f"listening http://{args.host}:{port}", flush=True)
-    stopping = threading.Event()
-
-    def on_term(signum: int, frame: object) -> None:
-        # shutdown() waits for serve_forever, which runs on this (the main) thread.
-        if not stopping.is_set():
-            stopping.set()
-            threading.Thread(target=server.shutdown, daemon=True).start()
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()  # new connections are refused from now on
-        if not served.drain(args.drain_seconds):
-            print("warning: requests still running at the drain deadline", file=sys.stderr)
-        served.engine.stop()
+    print(f"listening http://{args.host}:{server.port}", flush=True)
+    with contextlib.suppress(KeyboardInterrupt):
+        stopping.wait()
+    server.server.should_exit = True  # uvicorn closes its socket, then waits for open calls
+    server.thread.join(timeout=args.drain_seconds)
+    if server.thread.is_alive():
+        print("warning: requests still running at the drain deadline", file=sys.stderr)
+    served.engine.stop()
     return 0
 
 
