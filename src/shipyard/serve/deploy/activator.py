@@ -8,18 +8,24 @@ controller's Prometheus registry, GET /health says the version is scaled to zero
 `Host` must name this server (`shipyard.httpguard`, 421 otherwise); nothing here changes state.
 """
 
-import json
 import math
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from shipyard.httpguard import Guard, Refused
+from shipyard.httpguard import Guard
+from shipyard.httpguard.asgi import start_server
+from shipyard.serve.edge import HostCheck
 
 SERVICE = "serve-deploy"
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": message}}, status, headers=headers)
 
 
 class Activator:
@@ -30,65 +36,43 @@ class Activator:
         self._waiting = 0  # since the last take_waiting()
         self._lock = threading.Lock()
         guard = Guard.start(SERVICE, home, "127.0.0.1")
-        activator = self
+        self._server = start_server(self._app(registry, guard), "127.0.0.1", 0, "activator")
+        self.url = f"http://127.0.0.1:{self._server.port}"
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                if self._refused("GET"):
-                    return
-                if self.path == "/metrics":
-                    self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
-                elif self.path == "/health":
-                    self._json(200, activator.health())
-                elif self.path == "/v1/models":
-                    self._json(200, {"object": "list", "data": [{"id": activator.model}]})
-                else:
-                    self._json(404, {"error": {"message": f"no endpoint GET {self.path[:80]!r}"}})
+    def _app(self, registry: CollectorRegistry, guard: Guard) -> FastAPI:
+        app = FastAPI(title="Shipyard activator", docs_url=None, redoc_url=None, openapi_url=None)
 
-            def do_POST(self) -> None:
-                if self._refused("GET"):  # Host only: an inference request needs no token
-                    return
-                length = self.headers.get("Content-Length", "0")
-                if length.isdigit() and int(length) <= 1 << 20:
-                    self.rfile.read(int(length))
-                wait = activator.note_request()
-                message = (
-                    f"deployment {activator.model!r} is scaled to zero; a replica is starting: "
-                    f"retry after {wait} s"
-                )
-                error = {"error": {"message": message, "type": "scaled_to_zero"}}
-                self._json(503, error, {"Retry-After": str(wait)})
+        @app.get("/metrics")
+        def metrics() -> Response:
+            return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-            def _refused(self, method: str) -> bool:
-                try:
-                    guard.check(method, self.headers)
-                except Refused as exc:
-                    self._json(exc.status, {"error": {"message": exc.reason}})
-                    return True
-                return False
+        @app.get("/health")
+        def health() -> dict[str, Any]:
+            return self.health()
 
-            def _json(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-                self._reply(status, json.dumps(body).encode(), "application/json", headers)
+        @app.get("/v1/models")
+        def models() -> dict[str, Any]:
+            return {"object": "list", "data": [{"id": self.model}]}
 
-            def _reply(
-                self, status: int, data: bytes, kind: str, headers: dict[str, str] | None = None
-            ) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+        @app.get("/{path:path}")
+        def nowhere(path: str) -> Response:
+            return _error(404, f"no endpoint GET {'/' + path[:80]!r}")
 
-            def log_message(self, format: str, *args: Any) -> None:
-                pass
+        @app.post("/{path:path}")  # an inference request of any kind: no token needed
+        async def wake(path: str, request: Request) -> Response:
+            length = request.headers.get("content-length", "")
+            if length.isdigit() and int(length) <= 1 << 20:
+                await request.body()  # read, so the connection can take the retry
+            wait = self.note_request()
+            message = (
+                f"deployment {self.model!r} is scaled to zero; a replica is starting: "
+                f"retry after {wait} s"
+            )
+            error = {"error": {"message": message, "type": "scaled_to_zero"}}
+            return JSONResponse(error, 503, headers={"Retry-After": str(wait)})
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-        self._thread.start()
+        app.add_middleware(HostCheck, guard=guard, refuse=_error)
+        return app
 
     def health(self) -> dict[str, Any]:
         return {
@@ -113,5 +97,4 @@ class Activator:
         return waiting
 
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._server.stop()
