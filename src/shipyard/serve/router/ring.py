@@ -5,13 +5,14 @@ the distinct owners met walking clockwise from the key's hash; so when a member 
 only the keys whose first eligible member changed move (about 1/n of them), and everything else
 keeps its replica and its warm prefix cache.
 
-Bounded load: with `total` requests in flight over `n` eligible members, a member may hold at most
-`ceil((1 + epsilon) * (total + 1) / n)` of them, counting the one being placed. A key whose first
-member is full walks on to the next member that is not, so a hot key spills to its ring
-neighbours instead of piling on one replica. Ties cannot happen: points are ordered by (hash,
-member name), so every router with the same membership makes the same choice. The cap is the
-caller's (`load_cap`): it is taken over the whole pool a request may go to, which can be wider
-than the members `place` is asked to prefer.
+Bounded load: with `total` things placed over `n` eligible members, a member may hold at most
+`ceil((1 + epsilon) * (total + 1) / n)` of them, counting the one being placed (`load_cap`). The
+router bounds two things with it: the prefix keys each replica owns (`keys.KeyTable`) and the
+requests each holds in flight (`place`: a request whose member is full walks on to the next
+member that is not). Ties cannot happen: points are ordered by (hash, member name), so every
+router with the same membership makes the same choice. The cap is the caller's: it is taken
+over the whole pool a request may go to, which can be wider than the members `place` is asked
+to prefer.
 """
 
 import bisect
