@@ -19,6 +19,7 @@ Usage: .venv/bin/python benchmarks/embed_backfill.py [--chunks 100000] [--worker
 """
 
 import argparse
+import atexit
 import json
 import os
 import random
@@ -198,6 +199,7 @@ def main() -> None:
             stdout=subprocess.PIPE,
             text=True,
         )
+        atexit.register(service.kill)  # even if a step below fails
         assert service.stdout is not None
         url = service.stdout.readline().split()[-1]
         token = read_token(SERVICE, Path(home))
