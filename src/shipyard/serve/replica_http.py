@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect
 
 from shipyard.errors import InvalidInput, NotFound, ShipyardError
 from shipyard.httpguard import Guard, Refused
@@ -170,6 +171,8 @@ async def _answer(served: Served, guard: Guard, kind: str, request: Request) -> 
         return error_reply(404, str(exc), "model" if "adapter" in str(exc) else None)
     except ShipyardError as exc:
         return error_reply(400, str(exc))
+    except ClientDisconnect:  # left while sending its body: nobody reads the answer
+        return error_reply(499, "the client closed the connection")
     except Exception:
         log.error(traceback.format_exc())
         return error_reply(500, "internal error (see the replica's log)")
