@@ -36,14 +36,19 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     run.add_argument("--snapshot", required=True, help="snapshot artifact ref")
     run.add_argument("--model", required=True, help="model artifact ref")
     run.add_argument(
-        "--runtime", choices=("onnx", "onnx-int8", "sentence-transformers"), default="onnx"
+        "--runtime",
+        choices=("onnx", "onnx-int8", "sentence-transformers"),
+        default="onnx",
+        help="the encoder's runtime (onnx; onnx-int8 is its own model version)",
     )
     run.add_argument("--max-tokens", type=int, default=128, help="word pieces per chunk (128)")
     run.add_argument("--overlap", type=int, default=16, help="tokens shared by chunks (16)")
     run.add_argument("--token-budget", type=int, default=8192, help="padded tokens a batch (8192)")
     run.add_argument("--shard-minutes", type=float, default=5.0, help="work per shard (5)")
     run.add_argument("--workers", type=int, default=1, help="worker processes or Ray tasks (1)")
-    run.add_argument("--executor", choices=("local", "ray"), default="local")
+    run.add_argument(
+        "--executor", choices=("local", "ray"), default="local", help="worker processes or Ray"
+    )
     run.add_argument("--ray-address", help="an existing Ray cluster (default: start one)")
     run.add_argument("--lease", type=float, default=60.0, help="shard lease seconds (60)")
     run.add_argument("--output", type=Path, help="outputs folder ($SHIPYARD_HOME/batch/outputs)")
@@ -51,13 +56,15 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     status = commands.add_parser("status", help="progress, ETA and cost of a job")
     status.add_argument("job", help="job id or unique prefix")
-    status.add_argument("--json", action="store_true")
+    status.add_argument("--json", action="store_true", help="the progress as JSON")
     status.set_defaults(func=_status)
 
     index = commands.add_parser("index", help="build and measure an index from a finished job")
     index.add_argument("job", help="job id or unique prefix")
     index.add_argument("--changes", help="change log to embed and merge first (catch-up)")
-    index.add_argument("--kind", choices=("hnsw", "ivf", "flat"), default="hnsw")
+    index.add_argument(
+        "--kind", choices=("hnsw", "ivf", "flat"), default="hnsw", help="faiss index type (hnsw)"
+    )
     index.add_argument("--ef-search", type=int, default=128, help="HNSW search breadth (128)")
     index.add_argument("--min-recall", type=float, default=0.95, help="recorded gate (0.95)")
     index.add_argument("--name", help="alias for the index artifact")
@@ -77,7 +84,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     serve = commands.add_parser("search-serve", help="answer queries from an alias's index")
     serve.add_argument("alias", help="the serving alias")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback)")
     serve.add_argument("--port", type=int, default=8650, help="0: any free port (8650)")
     serve.add_argument("--min-recall", type=float, default=0.95, help="flip gate (0.95)")
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host")
