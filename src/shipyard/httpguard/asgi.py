@@ -17,6 +17,7 @@ import uvicorn
 from fastapi import FastAPI, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp
 
 from shipyard.errors import Conflict, InvalidInput, NotFound, ShipyardError, StorageError
 from shipyard.httpguard.guard import MUTATIONS, Guard, Refused
@@ -115,22 +116,31 @@ class BackgroundServer:
         self.thread.join(timeout=10)
 
 
-def start_server(app: FastAPI, host: str, port: int, name: str) -> BackgroundServer:
-    """Bind `host:port` (0: any free port) and serve `app` from a thread; return once bound.
-
-    A bind that fails raises StorageError naming the address.
-    """
+def listen(host: str, port: int, backlog: int = 1024) -> socket.socket:
+    """A listening socket on `host:port` (0: any free port); StorageError names a bind that
+    fails. Binding before serving lets a service print its real port before it answers."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        sock.listen(128)
+        sock.listen(backlog)
     except OSError as exc:
         sock.close()
         raise StorageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
+
+
+def uvicorn_server(app: ASGIApp) -> uvicorn.Server:
+    """Shipyard's uvicorn settings: quiet (mutations go to the audit log), bounded keep-alive."""
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30)
-    server = uvicorn.Server(config)
+    return uvicorn.Server(config)
+
+
+def start_server(app: ASGIApp, host: str, port: int, name: str) -> BackgroundServer:
+    """Bind `host:port` (0: any free port) and serve `app` from a thread; return once bound."""
+    sock = listen(host, port)
+    server = uvicorn_server(app)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name=name, daemon=True)
     thread.start()
     return BackgroundServer(server, thread, sock.getsockname()[1])

@@ -1,14 +1,12 @@
 """`python -m shipyard.serve.router`: run the router; prints `listening http://HOST:PORT`."""
 
 import argparse
-import socket
 import sys
 
-import uvicorn
-
-from shipyard.errors import InvalidInput, ShipyardError, StorageError
+from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.httpguard import Guard, is_loopback, token_path
+from shipyard.httpguard.asgi import listen, uvicorn_server
 from shipyard.serve.router.app import SERVICE, RouterConfig, create_app
 from shipyard.serve.router.policy import POLICIES
 
@@ -34,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"--host {args.host} is reachable from other machines; add --allow-remote"
             )
         guard = Guard.start(SERVICE, shipyard_home(), args.host)
-        sock = _listen(args.host, args.port)
+        sock = listen(args.host, args.port)
     except ShipyardError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
@@ -43,24 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"listening http://{shown}:{port}", flush=True)
     print(f"admin token in {token_path(SERVICE, shipyard_home())}", file=sys.stderr, flush=True)
     app = create_app(config, guard)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30)
-    )
-    server.run(sockets=[sock])
+    uvicorn_server(app).run(sockets=[sock])
     return 0
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-    except OSError as exc:
-        sock.close()
-        raise StorageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    return sock
 
 
 if __name__ == "__main__":
