@@ -3,10 +3,9 @@
 import sys
 from pathlib import Path
 
-import uvicorn
-
 from shipyard.errors import InvalidInput
 from shipyard.httpguard import Guard, is_loopback, token_path
+from shipyard.httpguard.asgi import listen, uvicorn_server
 from shipyard.web.app import create_app
 from shipyard.web.context import Console
 
@@ -36,9 +35,11 @@ def serve_console(
         )
     guard = Guard.start(SERVICE, home, host)
     console = Console(home, guard, scheduler_url, peers, swarm_key_file)
+    sock = listen(host, port)
     shown = f"[{host}]" if ":" in host else host
+    bound = sock.getsockname()[1]
     print(
-        f"console on http://{shown}:{port}/ (token for changes in {token_path(SERVICE, home)})",
+        f"console on http://{shown}:{bound}/ (token for changes in {token_path(SERVICE, home)})",
         flush=True,
     )
-    uvicorn.run(create_app(console), host=host, port=port, log_level="warning")
+    uvicorn_server(create_app(console)).run(sockets=[sock])
