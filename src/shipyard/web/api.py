@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from shipyard.errors import InvalidInput, NotFound
 from shipyard.provenance import current_user
-from shipyard.web import artifacts, ops, runs
+from shipyard.web import artifacts, ops, runs, serving
 from shipyard.web.context import Console
 
 Direction = Literal["up", "down"]
@@ -111,6 +111,16 @@ def router(console: Console) -> APIRouter:
     @api.get("/peers", summary="Each configured peer daemon's holdings and sources")
     def peers() -> list[dict[str, Any]]:
         return ops.peers(list(console.peers), console.swarm_key_file)
+
+    @api.get("/serving", summary="Serving deployments: status, versions, replicas")
+    def deployments() -> list[dict[str, Any]]:
+        return serving.deployments(console.home)
+
+    @api.get(
+        "/serving/{name}", summary="A deployment: versions' weights and replicas, autoscaler log"
+    )
+    def deployment(name: str) -> dict[str, Any]:
+        return serving.deployment(console.home, name)
 
     @api.get("/{rest:path}", include_in_schema=False)
     def unknown(rest: str) -> None:

@@ -8,7 +8,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from shipyard.web import artifacts, ops, runs, svg
+from shipyard.web import artifacts, ops, runs, serving, svg
 from shipyard.web.context import Console
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -118,6 +118,14 @@ def router(console: Console) -> APIRouter:
     def distribution(request: Request) -> HTMLResponse:
         found = ops.peers(list(console.peers), console.swarm_key_file)
         return page(request, "distribution.html", peers=found)
+
+    @pages.get("/serving")
+    def deployments(request: Request) -> HTMLResponse:
+        return page(request, "serving.html", deployments=serving.deployments(console.home))
+
+    @pages.get("/serving/{name}")
+    def deployment(request: Request, name: str) -> HTMLResponse:
+        return page(request, "deployment.html", d=serving.deployment(console.home, name))
 
     @pages.get("/api/docs")
     def api_docs(request: Request) -> HTMLResponse:
