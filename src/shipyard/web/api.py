@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from shipyard.errors import InvalidInput, NotFound
 from shipyard.provenance import current_user
-from shipyard.web import artifacts, ops, runs, serving
+from shipyard.web import artifacts, evals, ops, runs, serving
 from shipyard.web.context import Console
 
 Direction = Literal["up", "down"]
@@ -121,6 +121,18 @@ def router(console: Console) -> APIRouter:
     )
     def deployment(name: str) -> dict[str, Any]:
         return serving.deployment(console.home, name)
+
+    @api.get("/evals/runs", summary="Eval runs by model and task, each with mean ± SE")
+    def eval_runs() -> list[dict[str, Any]]:
+        return evals.runs(console.home)
+
+    @api.get("/evals/tasks/{task}", summary="One task's mean ± SE on each model, oldest first")
+    def eval_series(task: str) -> list[dict[str, Any]]:
+        return evals.series(console.home, task)
+
+    @api.get("/evals/compare", summary="Paired difference a - b of two runs; changed items")
+    def eval_compare(a: str, b: str) -> dict[str, Any]:
+        return evals.compare(console.home, a, b)
 
     @api.get("/{rest:path}", include_in_schema=False)
     def unknown(rest: str) -> None:

@@ -8,7 +8,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from shipyard.web import artifacts, ops, runs, serving, svg
+from shipyard.web import artifacts, evals, ops, runs, serving, svg
 from shipyard.web.context import Console
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -126,6 +126,20 @@ def router(console: Console) -> APIRouter:
     @pages.get("/serving/{name}")
     def deployment(request: Request, name: str) -> HTMLResponse:
         return page(request, "deployment.html", d=serving.deployment(console.home, name))
+
+    @pages.get("/evals")
+    def eval_runs(request: Request) -> HTMLResponse:
+        return page(request, "evals.html", runs=evals.runs(console.home))
+
+    @pages.get("/evals/tasks/{task}")
+    def eval_task(request: Request, task: str) -> HTMLResponse:
+        points = evals.series(console.home, task)
+        chart = Markup(evals.error_bars(points, task))
+        return page(request, "evals_task.html", task=task, points=points, chart=chart)
+
+    @pages.get("/evals/compare")
+    def eval_compare(request: Request, a: str, b: str) -> HTMLResponse:
+        return page(request, "evals_compare.html", c=evals.compare(console.home, a, b))
 
     @pages.get("/api/docs")
     def api_docs(request: Request) -> HTMLResponse:
