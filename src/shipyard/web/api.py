@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from shipyard.errors import InvalidInput, NotFound
 from shipyard.provenance import current_user
-from shipyard.web import artifacts, evals, ops, runs, serving
+from shipyard.web import artifacts, batch, evals, ops, runs, serving
 from shipyard.web.context import Console
 
 Direction = Literal["up", "down"]
@@ -133,6 +133,10 @@ def router(console: Console) -> APIRouter:
     @api.get("/evals/compare", summary="Paired difference a - b of two runs; changed items")
     def eval_compare(a: str, b: str) -> dict[str, Any]:
         return evals.compare(console.home, a, b)
+
+    @api.get("/batch/jobs", summary="Batch jobs, newest first: progress, ETA, cost")
+    def batch_jobs() -> dict[str, Any]:
+        return batch.jobs(console.home)
 
     @api.get("/{rest:path}", include_in_schema=False)
     def unknown(rest: str) -> None:

@@ -8,7 +8,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from shipyard.web import artifacts, evals, ops, runs, serving, svg
+from shipyard.web import artifacts, batch, evals, ops, runs, serving, svg
 from shipyard.web.context import Console
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -140,6 +140,10 @@ def router(console: Console) -> APIRouter:
     @pages.get("/evals/compare")
     def eval_compare(request: Request, a: str, b: str) -> HTMLResponse:
         return page(request, "evals_compare.html", c=evals.compare(console.home, a, b))
+
+    @pages.get("/batch")
+    def batch_jobs(request: Request) -> HTMLResponse:
+        return page(request, "batch.html", b=batch.jobs(console.home))
 
     @pages.get("/api/docs")
     def api_docs(request: Request) -> HTMLResponse:
