@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse
 
 from shipyard.errors import InvalidInput, NotFound
 from shipyard.provenance import current_user
-from shipyard.web import artifacts, batch, evals, ops, runs, serving
+from shipyard.web import artifacts, batch, evals, ops, rl, runs, serving
 from shipyard.web.context import Console
 
 Direction = Literal["up", "down"]
@@ -137,6 +137,14 @@ def router(console: Console) -> APIRouter:
     @api.get("/batch/jobs", summary="Batch jobs, newest first: progress, ETA, cost")
     def batch_jobs() -> dict[str, Any]:
         return batch.jobs(console.home)
+
+    @api.get("/rl/runs", summary="RL run reports: reward and held-out accuracy, first to last")
+    def rl_runs() -> list[dict[str, Any]]:
+        return rl.runs(console.home)
+
+    @api.get("/rl/runs/{name}", summary="An RL run's report, staleness histogram included")
+    def rl_run(name: str) -> dict[str, Any]:
+        return rl.run(console.home, name)
 
     @api.get("/{rest:path}", include_in_schema=False)
     def unknown(rest: str) -> None:

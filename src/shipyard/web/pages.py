@@ -8,7 +8,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from shipyard.web import artifacts, batch, evals, ops, runs, serving, svg
+from shipyard.web import artifacts, batch, evals, ops, rl, runs, serving, svg
 from shipyard.web.context import Console
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -144,6 +144,24 @@ def router(console: Console) -> APIRouter:
     @pages.get("/batch")
     def batch_jobs(request: Request) -> HTMLResponse:
         return page(request, "batch.html", b=batch.jobs(console.home))
+
+    @pages.get("/rl")
+    def rl_runs(request: Request) -> HTMLResponse:
+        return page(request, "rl.html", runs=rl.runs(console.home))
+
+    @pages.get("/rl/{name}")
+    def rl_run(request: Request, name: str) -> HTMLResponse:
+        report = rl.run(console.home, name)
+        accuracy = (report.get("heldout_accuracy") or {}).get("curve")
+        reward = (report.get("reward") or {}).get("per_step")
+        return page(
+            request,
+            "rl_run.html",
+            r=report,
+            reward=Markup(svg.line_chart(rl.curve(reward), "reward")),
+            accuracy=Markup(svg.line_chart(rl.curve(accuracy, "version", "accuracy"), "accuracy")),
+            staleness=Markup(svg.bars(rl.staleness_rows(report))),
+        )
 
     @pages.get("/api/docs")
     def api_docs(request: Request) -> HTMLResponse:
