@@ -40,6 +40,8 @@ def fill(home: Path) -> list[str]:
                 db, key, judge_version(task), f"i{index}", cluster, output, Score(value, outcome)
             )
         keys.append(key)
+    for model_id in ("e" * 64, "c" * 64):  # a training run's checkpoints, in its own order
+        store.add_trigger("run:r1", model_id, lambda _ordinal: ["fast"])
     db.close()
     return keys
 
@@ -54,9 +56,14 @@ def test_runs_series_and_paired_diff(bare: TestClient, home: Path) -> None:
     ]
     assert listed[0]["mean"] == pytest.approx(2 / 6) and listed[0]["se"] > 0
     series = bare.get("/api/evals/tasks/arith-mc").json()
-    assert [p["mean"] for p in series] == pytest.approx([2 / 6, 3 / 6, 5 / 6])
+    assert series["sources"] == ["run:r1"]
+    assert [p["mean"] for p in series["points"]] == pytest.approx([2 / 6, 3 / 6, 5 / 6])
     page = bare.get("/evals/tasks/arith-mc").text
     assert page.count('<g class="point">') == 3 and "0.8333" in page
+    assert f"/evals/compare?a={keys[1]}&amp;b={keys[0]}" in page  # each checkpoint's item diff
+    run = bare.get("/api/evals/tasks/arith-mc", params={"source": "run:r1"}).json()["points"]
+    assert [(p["checkpoint"], p["model_id"][0]) for p in run] == [(1, "e"), (2, "c")]
+    assert bare.get("/evals/tasks/arith-mc?source=run:r1").text.count('<g class="point">') == 2
     diff = bare.get("/api/evals/compare", params={"a": keys[2], "b": keys[0]}).json()
     assert diff["difference"]["mean"] == pytest.approx(3 / 6)
     assert diff["changed_items"] == ["i1", "i2", "i5"]
@@ -75,7 +82,7 @@ def test_runs_series_and_paired_diff(bare: TestClient, home: Path) -> None:
 def test_evals_empty_and_unknown(bare: TestClient) -> None:
     assert bare.get("/api/evals/runs").json() == []
     assert "no eval runs" in bare.get("/evals").text
-    assert bare.get("/api/evals/tasks/arith-mc").json() == []
+    assert bare.get("/api/evals/tasks/arith-mc").json()["points"] == []
     assert "no arith-mc scores recorded" in bare.get("/evals/tasks/arith-mc").text
     missing = bare.get("/api/evals/compare", params={"a": "nope", "b": "nada"})
     assert missing.status_code == 404 and "nope" in missing.text

@@ -126,9 +126,12 @@ def router(console: Console) -> APIRouter:
     def eval_runs() -> list[dict[str, Any]]:
         return evals.runs(console.home)
 
-    @api.get("/evals/tasks/{task}", summary="One task's mean ± SE on each model, oldest first")
-    def eval_series(task: str) -> list[dict[str, Any]]:
-        return evals.series(console.home, task)
+    @api.get(
+        "/evals/tasks/{task}",
+        summary="One task's mean ± SE on each model, oldest first, or on one source's checkpoints",
+    )
+    def eval_series(task: str, source: str = "") -> dict[str, Any]:
+        return evals.series(console.home, task, source)
 
     @api.get("/evals/compare", summary="Paired difference a - b of two runs; changed items")
     def eval_compare(a: str, b: str) -> dict[str, Any]:

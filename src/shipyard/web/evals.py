@@ -38,16 +38,32 @@ def runs(home: Path) -> list[dict[str, Any]]:
     return sorted(lines, key=lambda r: (r["model_id"], r["task"], r["created_at"]))
 
 
-def series(home: Path, task: str) -> list[dict[str, Any]]:
-    """`task`'s score on each model it ran on, oldest first: a checkpoint series. A model that
-    ran the task more than once (another template, sampling) shows its newest run."""
+def series(home: Path, task: str, source: str = "") -> dict[str, Any]:
+    """`task`'s score on each model it ran on, oldest first: a checkpoint series. With `source`
+    (a trigger source such as `run:ID` or `alias:NAME`), only that source's checkpoints, in the
+    order they were triggered, each numbered. A model that ran the task more than once (another
+    template, sampling) shows its newest run."""
     with _store(home) as store:
         newest: dict[str, dict[str, Any]] = {}
         for run in store.runs():  # oldest first
             if run["task"] == task:
                 newest.pop(run["model_id"], None)
                 newest[run["model_id"]] = run
-        return [_line(store, run) for run in newest.values()]
+        # the store has no reader for its trigger table; these two reads are the console's
+        sources = [str(r[0]) for r in store.db.rows("SELECT DISTINCT source FROM eval_triggers")]
+        if not source:
+            points = [_line(store, run) for run in newest.values()]
+        else:
+            ordinals = store.db.rows(
+                "SELECT artifact_id, ordinal FROM eval_triggers WHERE source = ? ORDER BY ordinal",
+                (source,),
+            )
+            points = [
+                {"checkpoint": int(n), **_line(store, newest[str(m)])}
+                for m, n in ordinals
+                if str(m) in newest
+            ]
+    return {"task": task, "source": source or None, "sources": sorted(sources), "points": points}
 
 
 def compare(home: Path, run_a: str, run_b: str) -> dict[str, Any]:

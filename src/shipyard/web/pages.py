@@ -132,10 +132,10 @@ def router(console: Console) -> APIRouter:
         return page(request, "evals.html", runs=evals.runs(console.home))
 
     @pages.get("/evals/tasks/{task}")
-    def eval_task(request: Request, task: str) -> HTMLResponse:
-        points = evals.series(console.home, task)
-        chart = Markup(evals.error_bars(points, task))
-        return page(request, "evals_task.html", task=task, points=points, chart=chart)
+    def eval_task(request: Request, task: str, source: str = "") -> HTMLResponse:
+        found = evals.series(console.home, task, source)
+        chart = Markup(evals.error_bars(found["points"], task))
+        return page(request, "evals_task.html", s=found, chart=chart)
 
     @pages.get("/evals/compare")
     def eval_compare(request: Request, a: str, b: str) -> HTMLResponse:
