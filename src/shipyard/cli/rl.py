@@ -26,7 +26,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 def _run(args: argparse.Namespace) -> int:
     from shipyard.home import shipyard_home
     from shipyard.rl import Controller, load_config, report
-    from shipyard.rl.report import serve_metrics
+    from shipyard.rl.report import reports_dir, serve_metrics
 
     cfg = load_config(args.config)
     if args.report and not Path(args.report).parent.is_dir():
@@ -55,8 +55,11 @@ def _run(args: argparse.Namespace) -> int:
         controller.close()
         if server is not None:
             server.stop()
-    text = json.dumps(report(controller), indent=2)
+    text = json.dumps(report(controller), indent=2) + "\n"
+    kept = reports_dir(shipyard_home()) / f"{cfg.name}.json"
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(text)  # for `shipyard ui`
     if args.report:
-        Path(args.report).write_text(text + "\n")
-    print(text)
+        Path(args.report).write_text(text)
+    print(text, end="")
     return 0

@@ -5,6 +5,7 @@ dotted name and what is allowed, before any process starts.
 """
 
 import json
+import re
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TypeVar
@@ -17,6 +18,9 @@ from shipyard.train.config import ModelConfig
 ENVS = ("arith", "code", "planted-length")
 SYNC_MODES = ("shm", "artifact")
 SANDBOXES = ("local", "service")
+
+
+RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def _check(ok: bool, name: str, rule: str) -> None:
@@ -169,7 +173,11 @@ class RLConfig:
         _check(self.sync in SYNC_MODES, "sync", f"must be one of {SYNC_MODES}")
         need = self.task.longest_example()
         _check(self.model.seq_len >= need, "model.seq_len", f"must be >= {need} for this task")
-        _check(bool(self.name), "name", "must not be empty")
+        _check(
+            RUN_NAME.fullmatch(self.name) is not None,
+            "name",
+            "must be 1-100 of A-Z a-z 0-9 . _ - (it names the run's report file)",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

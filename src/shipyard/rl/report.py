@@ -14,6 +14,11 @@ if TYPE_CHECKING:
     from shipyard.rl.controller import Controller
 
 
+def reports_dir(home: Path) -> Path:
+    """Where `shipyard rl run` keeps each run's report, as `<name>.json` (the console reads it)."""
+    return home / "rl" / "reports"
+
+
 def report(c: "Controller") -> dict[str, Any]:
     n = c.counters
     wall = max(c.elapsed(), 1e-9)

@@ -1,19 +1,15 @@
-"""RL runs for the console: the reports `shipyard rl run --report` writes, kept under
+"""RL runs for the console: the reports `shipyard rl run` writes to
 `$SHIPYARD_HOME/rl/reports/<name>.json` (see docs/rl.md for the report's fields)."""
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
 from shipyard.errors import InvalidInput, NotFound, StorageError
+from shipyard.rl.config import RUN_NAME
+from shipyard.rl.report import reports_dir
 
 MAX_REPORT = 8 << 20
-NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
-
-
-def reports_dir(home: Path) -> Path:
-    return home / "rl" / "reports"
 
 
 def _read(path: Path) -> dict[str, Any]:
@@ -58,7 +54,7 @@ def runs(home: Path) -> list[dict[str, Any]]:
     paths = sorted(folder.glob("*.json")) if folder.is_dir() else []
     found = []
     for path in paths:
-        if not NAME.fullmatch(path.stem):
+        if not RUN_NAME.fullmatch(path.stem):
             continue
         try:
             found.append(_summary(path.stem, _read(path)))
@@ -69,7 +65,7 @@ def runs(home: Path) -> list[dict[str, Any]]:
 
 def run(home: Path, name: str) -> dict[str, Any]:
     """One run's whole report."""
-    if not NAME.fullmatch(name):
+    if not RUN_NAME.fullmatch(name):
         raise InvalidInput(f"RL run name {name[:60]!r}: allowed A-Z a-z 0-9 . _ -")
     path = reports_dir(home) / f"{name}.json"
     if not path.is_file():
