@@ -83,6 +83,16 @@ def test_snapshot_reader_survives_any_bytes(
             assert doc.text is not None or doc.problem in ("empty", "non_utf8")
 
 
+def test_a_doc_id_that_is_not_utf8_is_refused_by_column(tmp_path: Path) -> None:
+    # Parquet strings are bytes with a promise; a hostile file breaks the promise.
+    ids = pa.array([b"a", b"\x80"], pa.binary()).cast(pa.string(), safe=False)
+    texts = pa.array([b"one", b"two"], pa.binary())
+    path = tmp_path / DOCS_FILE
+    pq.write_table(pa.table({"doc_id": ids, "text": texts}), path)
+    with pytest.raises(InvalidInput, match="column 'doc_id' holds bytes that are not UTF-8"):
+        DocTable(path)
+
+
 def _edit(data: bytes, edits: list[tuple[int, int]]) -> bytearray:
     out = bytearray(data)
     for position, value in edits:

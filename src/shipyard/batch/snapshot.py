@@ -11,6 +11,7 @@ silently.
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -119,8 +120,8 @@ def _check(table: pa.Table, where: str, changes: bool) -> None:
                 f"{where}: column {name!r} is {table.schema.field(name).type}, expected {kind}"
             )
     seen: set[str] = set()
-    ops = table["op"].to_pylist() if changes else None
-    for row, doc_id in enumerate(table["doc_id"].to_pylist()):
+    ops = _strings(table, "op", where) if changes else None
+    for row, doc_id in enumerate(_strings(table, "doc_id", where)):
         if not isinstance(doc_id, str) or not 1 <= len(doc_id) <= MAX_DOC_ID:
             raise InvalidInput(f"{where}: row {row}: doc_id must be 1-{MAX_DOC_ID} characters")
         if doc_id in seen:
@@ -128,3 +129,14 @@ def _check(table: pa.Table, where: str, changes: bool) -> None:
         seen.add(doc_id)
         if ops is not None and ops[row] not in OPS:
             raise InvalidInput(f"{where}: row {row}: op must be upsert or delete, not {ops[row]!r}")
+
+
+def _strings(table: pa.Table, name: str, where: str) -> list[Any]:
+    """A string column's values; Parquet does not promise that its strings are UTF-8."""
+    try:
+        values: list[Any] = table[name].to_pylist()
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(
+            f"{where}: column {name!r} holds bytes that are not UTF-8 ({exc.reason})"
+        ) from None
+    return values
