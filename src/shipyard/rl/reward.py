@@ -117,7 +117,7 @@ class RewardService:
                 self.busy_s += time.monotonic() - pending[1]
                 out.append(Scored(uid, pending[0][1], reward, meta, error))
         except (EOFError, OSError):
-            pass
+            pass  # the service died mid-answer: restarted below, its requests time out above
         if not self._process.is_alive():
             self.restarts += 1
             self._conn.close()
