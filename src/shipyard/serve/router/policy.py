@@ -140,33 +140,36 @@ class PrefixPolicy:
         return Choice(placed[0], "spilled")
 
 
-class RoundRobinPolicy:
+class _Rotation:
+    """A turn counter per pool: the baselines' deterministic order, never a random pick."""
+
+    def __init__(self) -> None:
+        self._next: dict[str, int] = {}
+
+    def _turn(self, pool: str) -> int:
+        turn = self._next.get(pool, 0)
+        self._next[pool] = turn + 1
+        return turn
+
+
+class RoundRobinPolicy(_Rotation):
     name = "round_robin"
 
-    def __init__(self) -> None:
-        self._next: dict[str, int] = {}
-
     def choose(self, ring: Ring, eligible: Mapping[str, Load], route: Route) -> Choice | None:
         if not eligible:
             return None
         names = sorted(eligible)
-        turn = self._next.get(route.pool, 0)
-        self._next[route.pool] = turn + 1
-        return Choice(names[turn % len(names)], self.name)
+        return Choice(names[self._turn(route.pool) % len(names)], self.name)
 
 
-class LeastLoadedPolicy:
+class LeastLoadedPolicy(_Rotation):
     name = "least_loaded"
 
-    def __init__(self) -> None:
-        self._next: dict[str, int] = {}
-
     def choose(self, ring: Ring, eligible: Mapping[str, Load], route: Route) -> Choice | None:
         if not eligible:
             return None
         names = sorted(eligible)
-        turn = self._next.get(route.pool, 0)
-        self._next[route.pool] = turn + 1
+        turn = self._turn(route.pool)
         # Among the least loaded, the first at or after this request's turn in the rotation.
         best = min(
             range(len(names)),
