@@ -64,6 +64,26 @@ def test_the_daemon_writes_identical_files_with_their_modes(
     assert result.already_held == (result.pieces, manifest.size)  # the seeder held it all
 
 
+def test_the_daemon_writes_no_group_or_other_writable_file_and_honours_its_umask(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Modes 0o777 and 0o666 in a manifest come out as 0o750 and 0o640 under umask 0o027."""
+    source = tmp_path / "src"
+    source.mkdir()
+    for name, mode in {"all": 0o777, "shared": 0o666, "private": 0o600}.items():
+        (source / name).write_bytes(name.encode())
+        (source / name).chmod(mode)
+    manifest = put_tree(PieceStore(LocalBackend(tmp_path / "origin")), source, "model", PIECE)
+    before = os.umask(0o027)  # the daemon inherits it
+    try:
+        seeder = cluster.seeder("seed", [], tmp_path / "origin").start()
+    finally:
+        os.umask(before)
+    pull(seeder.port, manifest.id, tmp_path / "out", stall_timeout=30)
+    written = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out").iterdir()}
+    assert written == {"all": 0o750, "shared": 0o640, "private": 0o600}
+
+
 def test_files_appear_whole_under_their_names_while_pieces_still_arrive(
     cluster: Cluster, tmp_path: Path
 ) -> None:

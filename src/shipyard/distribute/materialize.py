@@ -4,10 +4,11 @@ verified before it was stored) unless the pull asks for `verify`.
 
 A job starts when asked, even while pieces still arrive: each piece is copied to its offsets as
 soon as it is held (see `copy`: a reflink or an in-kernel copy), into a temp name beside the
-file, which is renamed to its own name once its last piece is in, mode masked to 0o777. A file
-under its final name is therefore always whole. The client polls the same request to follow the
-job (the reply waits up to `wait` seconds for it to end); a job nobody asks about for
-`ABANDONED` seconds ends, and a failed one removes the temp files it made.
+file, which is renamed to its own name once its last piece is in, its mode within the daemon's
+umask and never writable by group or others (see `store.modes`). A file under its final name
+is therefore always whole. The client polls the same request to follow the job (the reply
+waits up to `wait` seconds for it to end); a job nobody asks about for `ABANDONED` seconds
+ends, and a failed one removes the temp files it made.
 
 Only a client on this host running as the daemon's user, or root, may ask (`local_peer`): the
 daemon writes as itself, so anything more would let one user write where only another may.
@@ -28,7 +29,8 @@ from shipyard.distribute.holding import Holding
 from shipyard.errors import IntegrityError, InvalidInput, NotFound, ShipyardError, StorageError
 from shipyard.store import LocalBackend
 from shipyard.store.local import why
-from shipyard.store.manifest import MAX_MODE, FileEntry, PieceRef
+from shipyard.store.manifest import FileEntry, PieceRef
+from shipyard.store.modes import written_mode
 from shipyard.store.pieces import piece_key
 
 ABANDONED = 30.0  # seconds a job nobody asks about lives on
@@ -191,7 +193,7 @@ class Job:
                 slot.remaining -= 1
                 self.bytes_done += ref.size
             if slot.remaining == 0:
-                os.fchmod(fd, slot.entry.mode & MAX_MODE)
+                os.fchmod(fd, written_mode(slot.entry.mode))
                 os.rename(slot.temp, slot.entry.path, src_dir_fd=self.root, dst_dir_fd=self.root)
                 self.files_done += 1
         finally:

@@ -15,7 +15,8 @@ from pathlib import Path
 from shipyard.errors import IntegrityError, InvalidInput, NotFound, StorageError
 from shipyard.hashing import sha256_hex
 from shipyard.store.local import why
-from shipyard.store.manifest import MAX_MODE, FileEntry, Manifest, PieceRef
+from shipyard.store.manifest import FileEntry, Manifest, PieceRef
+from shipyard.store.modes import written_mode
 from shipyard.store.pieces import PieceStore, piece_key
 from shipyard.store.pipeline import fetch_in_order
 
@@ -95,8 +96,7 @@ def _write_file(
                 progress(ref.size)
     finally:
         os.close(fd)
-    # Parsing refuses modes beyond 0o777 already; masking again keeps setuid bits out for good.
-    os.chmod(target, entry.mode & MAX_MODE)
+    os.chmod(target, written_mode(entry.mode))
 
 
 def verify(
