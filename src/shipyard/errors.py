@@ -39,3 +39,10 @@ class StorageError(ShipyardError):
     """The backend could not complete an operation (disk full, permission, network)."""
 
     exit_code = 6
+
+
+class Untrusted(ShipyardError):
+    """An artifact the trust policy refuses: unsigned where signatures are required, signed by a
+    key not allowed to sign it, or with a signature that does not verify."""
+
+    exit_code = 7
