@@ -41,6 +41,12 @@ class StorageError(ShipyardError):
     exit_code = 6
 
 
+class KeyUnavailable(ShipyardError):
+    """A confidential artifact whose encryption key this process was not given."""
+
+    exit_code = 7
+
+
 class Untrusted(ShipyardError):
     """An artifact the trust policy refuses: unsigned where signatures are required, signed by a
     key not allowed to sign it, or with a signature that does not verify."""
