@@ -249,3 +249,42 @@ def test_report_counts_add_up_per_file_with_damage(
     for counts in files.values():
         parts = counts["kept"] + counts["filtered"] + counts["quarantined"] + counts["unreadable"]
         assert counts["seen"] == parts
+
+
+def _sleep_forever(html: str, main: bool) -> str:
+    time.sleep(600)
+    return html
+
+
+def test_a_run_whose_every_task_fails_saves_its_report(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path, tmp_path: Path
+) -> None:
+    register_extractor("sleep-forever", _sleep_forever)
+    folder = make_warc("only.warc.gz", [Page("https://o.org/1", html_page(english_text(1)))])
+    first = run_pipeline(
+        config_for(folder.parent, tokenize=TokenizeConfig(enabled=False)), workspace, shipyard_home
+    )
+    # every attempt is stopped at its deadline in the middle of its only record
+    config = config_for(
+        folder.parent,
+        extract=ExtractConfig(engine="sleep-forever", timeout_s=600),
+        tokenize=TokenizeConfig(enabled=False),
+        executor=ExecutorConfig(workers=1, task_timeout_s=2, max_retries=0),
+    )
+    result = run_pipeline(config, workspace, shipyard_home)
+    assert result.failed_tasks == ["only.warc.gz"]
+    assert result.report["survival"]["documents"] == 0
+    assert result.report["quarantine"] == {"task": 1}
+    from shipyard.data import stats
+
+    latest = stats.load(shipyard_home, "latest")
+    assert latest["run"] == result.run_id != first.run_id
+    assert latest["failed_tasks"] == ["only.warc.gz"]
+    # with tokenizing on, a run with no documents still ends with its report, and no tokens
+    other = make_warc("two.warc.gz", [Page("https://o.org/2", html_page(english_text(2)))])
+    config = dataclasses.replace(
+        config, inputs=(str(other),), tokenize=TokenizeConfig(vocab_size=400)
+    )
+    again = run_pipeline(config, workspace, shipyard_home)
+    assert again.failed_tasks == ["two.warc.gz"] and again.tokens_id is None
+    assert stats.load(shipyard_home, "latest")["run"] == again.run_id

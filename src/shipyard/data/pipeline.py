@@ -32,6 +32,7 @@ from shipyard.data.executors.base import Outcome
 from shipyard.data.inputs import put_crawl, resolve_inputs
 from shipyard.data.isolate import TIMEOUT
 from shipyard.data.stages.read import UNREADABLE
+from shipyard.data.table import SCHEMA as TABLE_SCHEMA
 from shipyard.data.table import write_part
 from shipyard.data.tasks import FileTask, TaskResult, file_sha256, read_chain, run_task
 from shipyard.data.tokenize import select, train_tokenizer, write_tokens
@@ -77,7 +78,9 @@ def run_pipeline(
         status = "succeeded"
     finally:
         ws.catalog.finish_run(run_id, status)
-    if config.tokenize.enabled:
+    if config.tokenize.enabled and result.report["survival"]["documents"] == 0:
+        say("tokens    skipped: the table holds no documents")
+    elif config.tokenize.enabled:
         _tokenize(config, ws, cache, result, say)
     return result
 
@@ -136,7 +139,9 @@ def _annotate(
             write_part(output, dedup, table_dir / f"part-{index:05d}.parquet")
         quarantine, policy, files_seen = _quarantine(config, good, task_quarantine)
         pq.write_table(quarantine, table_dir / "quarantine.parquet")
-        table = pq.read_table(sorted(table_dir.glob("part-*.parquet")))
+        parts = sorted(table_dir.glob("part-*.parquet"))
+        # no parts when every task failed: the report still says so, over an empty table
+        table = pq.read_table(parts) if parts else TABLE_SCHEMA.empty_table()
         report = {
             "name": config.name,
             "config_hash": config.config_hash(),
