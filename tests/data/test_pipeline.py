@@ -127,6 +127,13 @@ def test_rerun_is_cached_and_a_changed_stage_recomputes_only_its_descendants(
     assert set(fourth.computed) == {"minhash", "tokenize"}
     assert fourth.computed["minhash"] == 2
 
+    # clustering-only settings do not change a signature: no file's keys are recomputed
+    clustered = dataclasses.replace(
+        reseeded, dedup=DedupConfig(seed=7, threshold=0.9, bucket_cap=9)
+    )
+    fifth = run_pipeline(clustered, workspace, shipyard_home)
+    assert "minhash" not in fifth.computed and "read" not in fifth.computed
+
 
 def test_changed_benchmark_file_recomputes_decontamination(
     make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path, tmp_path: Path

@@ -109,6 +109,18 @@ def test_decontamination_times_out_per_record(tmp_path: Path) -> None:
     ]
 
 
+def test_filters_with_every_rule_off_do_not_split_words() -> None:
+    off = FilterConfig(
+        gopher_repetition=False, gopher_quality=False, c4=False, fineweb=False, timeout_s=0.5
+    )
+    config = PipelineConfig("t", ("x",), filters=off)
+    quarantine = Quarantine("f")
+    batch = {"doc_id": ["trap"], "text": [FILTER_TRAP]}  # minutes of word splitting
+    out = get_stage("filters")(config).process(batch, quarantine)
+    assert quarantine.rows == [] and out["doc_id"] == ["trap"]
+    assert out["c4_ok"] == [True] and out["c4_reason"] == [""]
+
+
 @pytest.mark.parametrize("section", ["filters", "pii", "decontam"])
 def test_a_timeout_must_be_positive(section: str) -> None:
     with pytest.raises(InvalidInput, match=f"{section}.timeout_s must be positive"):

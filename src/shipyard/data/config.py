@@ -135,9 +135,13 @@ class PipelineConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
-    def section_hash(self, section: str) -> str:
-        """The hash of one section's values: what a stage's cached output is keyed on."""
-        return sha256_hex(canonical_json(dataclasses.asdict(getattr(self, section))))[:16]
+    def section_hash(self, section: str, fields: tuple[str, ...] | None = None) -> str:
+        """The hash of one section's values (or of `fields` of it): what a stage's cached
+        output is keyed on."""
+        values = dataclasses.asdict(getattr(self, section))
+        if fields is not None:
+            values = {name: values[name] for name in fields}
+        return sha256_hex(canonical_json(values))[:16]
 
     def config_hash(self) -> str:
         """Hash of everything that decides the outputs (the executor does not)."""

@@ -58,13 +58,14 @@ def stage_keys(config: PipelineConfig, file_hash: str) -> list[tuple[str, str]]:
     """(stage, key) for `read` and each document stage, each key chained from the one before."""
     keys = []
     key = file_hash
-    chain = [("read", READ_VERSION, "read")] + [
-        (name, get_stage(name).version, get_stage(name).section) for name in DOC_STAGES
+    chain = [("read", READ_VERSION, config.section_hash("read"))] + [
+        (name, stage.version, config.section_hash(stage.section, stage.fields))
+        for name, stage in ((name, get_stage(name)) for name in DOC_STAGES)
     ]
     # decontamination depends on the benchmark files' contents, not only on their paths
     benchmarks = [file_sha256(Path(p)) for p in config.decontam.benchmarks if Path(p).is_file()]
-    for name, version, section in chain:
-        material = [name, shipyard.__version__, version, config.section_hash(section), key]
+    for name, version, section_hash in chain:
+        material = [name, shipyard.__version__, version, section_hash, key]
         if name == "decontam":
             material += benchmarks
         key = sha256_hex(canonical_json(material))[:32]

@@ -33,6 +33,9 @@ class Stage(ABC):
     name: ClassVar[str]
     version: ClassVar[str]
     section: ClassVar[str]  # the PipelineConfig field its settings live in
+    # the section's fields that decide this stage's output (None: all of them); the others
+    # (say, clustering settings read after every file is done) do not enter its cache key
+    fields: ClassVar[tuple[str, ...] | None] = None
 
     @abstractmethod
     def __init__(self, config: PipelineConfig) -> None: ...

@@ -39,12 +39,19 @@ class Filters(Stage):
 
     def process(self, batch: Batch, quarantine: Quarantine) -> Batch:
         texts = batch["text"]
+        if not self.checks:  # nothing to judge: no words to split, no worker to start
+            kept, reasons = list(range(len(texts))), [{} for _ in texts]
+            return self._annotated(batch, kept, reasons)
 
         def one(i: int) -> dict[str, str]:
             words = tokens(texts[i])
             return {rule: check(texts[i], words) for rule, check in self.checks.items()}
 
         kept, reasons = guarded_map(batch, self.name, quarantine, one, self.timeout_s)
+        return self._annotated(batch, kept, reasons)
+
+    @staticmethod
+    def _annotated(batch: Batch, kept: list[int], reasons: list[dict[str, str]]) -> Batch:
         out = keep_rows(batch, kept)
         for rule in RULES:
             out[f"{rule}_reason"] = [r.get(rule, "") for r in reasons]

@@ -25,6 +25,7 @@ class MinHashKeys(Stage):
     name: ClassVar[str] = "minhash"
     version: ClassVar[str] = "2"
     section: ClassVar[str] = "dedup"
+    fields: ClassVar[tuple[str, ...] | None] = ("ngram", "bands", "rows", "seed")
 
     def __init__(self, config: PipelineConfig) -> None:
         self.config = config.dedup
