@@ -205,7 +205,9 @@ def _checked_exec(
     argv: Sequence[str], timeout: float, env: Mapping[str, str] | None, cwd: str
 ) -> tuple[list[str], dict[str, str], str, float]:
     """The exec's arguments as the agent takes them (env merged over the default), or refused."""
-    if isinstance(argv, str) or not argv or not all(isinstance(a, str) for a in argv):
+    if isinstance(argv, str) or not isinstance(argv, Sequence) or not argv:
+        raise InvalidInput("exec: argv must be a non-empty list of strings")
+    if not all(isinstance(a, str) for a in argv):
         raise InvalidInput("exec: argv must be a non-empty list of strings")
     if any("\0" in a for a in argv):
         raise InvalidInput("exec: argv may not contain NUL")

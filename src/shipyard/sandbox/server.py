@@ -25,6 +25,7 @@ from shipyard.errors import Conflict, InvalidInput, ShipyardError
 from shipyard.httpguard import Guard, is_loopback
 from shipyard.httpguard.asgi import BackgroundServer, guard_middleware, json_errors, start_server
 from shipyard.prometheus import snapshot_registry
+from shipyard.sandbox import protocol
 from shipyard.sandbox.limits import Limits
 from shipyard.sandbox.manager import FAMILIES, Manager
 from shipyard.sandbox.wire import WireError, recv_msg, send_msg
@@ -37,67 +38,57 @@ def socket_path(home: Path) -> Path:
     return home / "sandbox" / "sandbox.sock"
 
 
-def _files(raw: Any) -> dict[str, bytes]:
-    if not isinstance(raw, dict):
-        raise InvalidInput("put: files must be an object of path → base64 data")
+def _files(raw: dict[str, str]) -> dict[str, bytes]:
     try:
-        return {str(path): base64.b64decode(data, validate=True) for path, data in raw.items()}
+        return {path: base64.b64decode(data, validate=True) for path, data in raw.items()}
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"put: file data is not base64 ({exc})") from None
 
 
-def _stdin(raw: Any) -> bytes:
+def _stdin(raw: str) -> bytes:
     try:
-        return base64.b64decode(raw or "", validate=True)
+        return base64.b64decode(raw, validate=True)
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"exec: stdin is not base64 ({exc})") from None
 
 
 def handle(manager: Manager, request: dict[str, Any]) -> Any:
     """One request → its reply; errors as Shipyard's own (the caller turns them into replies)."""
-    op = request.get("op")
+    op, fields = protocol.checked(request)
     if op == "create":
-        limits = Limits.from_json(request.get("limits"))
-        return manager.create(
-            request.get("image", "host"), limits, request.get("ttl_s"), request.get("lease_s")
-        )
+        limits = Limits.from_json(fields.get("limits"))
+        image = fields.get("image", "host")
+        return manager.create(image, limits, fields.get("ttl_s"), fields.get("lease_s"))
     if op == "exec":
         result = manager.exec(
-            request.get("id"),
-            request.get("argv"),  # checked by Sandbox.exec
-            stdin=_stdin(request.get("stdin")),
-            timeout=request.get("timeout", 10.0),
-            env=request.get("env"),
-            cwd=request.get("cwd", "/work"),
+            fields["id"],
+            fields["argv"],
+            stdin=_stdin(fields.get("stdin", "")),
+            timeout=fields.get("timeout", 10.0),
+            env=fields.get("env"),
+            cwd=fields.get("cwd", "/work"),
         )
         return result.to_json()
     if op == "put":
-        mode = request.get("mode", 0o644)
-        if type(mode) is not int or not 0 <= mode <= 0o777:
+        mode = fields.get("mode", 0o644)
+        if not 0 <= mode <= 0o777:
             raise InvalidInput(f"put: mode must be a permission number, not {mode!r}")
-        manager.sandbox(request.get("id")).put_files(_files(request.get("files")), mode)
+        manager.sandbox(fields["id"]).put_files(_files(fields["files"]), mode)
         return {}
     if op == "get":
-        paths, budget = request.get("paths"), request.get("max_bytes")
-        if not isinstance(paths, list) or (budget is not None and type(budget) is not int):
-            raise InvalidInput("get: paths must be a list and max_bytes an integer")
+        budget = fields.get("max_bytes")
         if budget is not None and budget < 0:
             raise InvalidInput(f"get: max_bytes {budget} is negative")
-        got = manager.sandbox(request.get("id")).get_files(paths, budget)
+        got = manager.sandbox(fields["id"]).get_files(fields["paths"], budget)
         return {"files": {path: base64.b64encode(data).decode() for path, data in got.items()}}
     if op == "heartbeat":
-        ids = request.get("ids")
-        if not isinstance(ids, list):
-            raise InvalidInput("heartbeat: ids must be a list")
-        return {"gone": manager.heartbeat(ids)}
+        return {"gone": manager.heartbeat(fields["ids"])}
     if op == "close":
-        manager.close(request.get("id"))
+        manager.close(fields["id"])
         return {}
     if op == "status":
         return manager.status()
-    if op == "metrics":
-        return {"text": generate_latest(_registry(manager)).decode()}
-    raise InvalidInput(f"unknown request {str(op)[:40]!r}")
+    return {"text": generate_latest(_registry(manager)).decode()}  # metrics
 
 
 def _registry(manager: Manager) -> Any:
