@@ -40,7 +40,8 @@ class Filters(Stage):
     def process(self, batch: Batch, quarantine: Quarantine) -> Batch:
         texts = batch["text"]
         if not self.checks:  # nothing to judge: no words to split, no worker to start
-            kept, reasons = list(range(len(texts))), [{} for _ in texts]
+            kept = list(range(len(texts)))
+            reasons: list[dict[str, str]] = [{} for _ in texts]
             return self._annotated(batch, kept, reasons)
 
         def one(i: int) -> dict[str, str]:
