@@ -35,6 +35,7 @@ from shipyard.store import (
 )
 from shipyard.store.manifest import HASH_HEX_LEN
 from shipyard.store.put import Progress
+from shipyard.store.sealed import Keyring, load_keyring
 
 
 def _stderr_note(text: str) -> None:
@@ -70,8 +71,12 @@ class Workspace:
         metadata: dict[str, Any] | None = None,
         piece_size: int = DEFAULT_PIECE_SIZE,
         progress: Progress | None = None,
+        confidential: bool = False,
+        keys: Keyring | None = None,
     ) -> ArtifactRecord:
-        """Store `source` as an artifact derived from `inputs` (refs) and point `name` at it."""
+        """Store `source` as an artifact derived from `inputs` (refs) and point `name` at it.
+        A `confidential` one is encrypted under the first of `keys` (default: the environment's)."""
+        encrypt_with = (keys if keys is not None else load_keyring()) if confidential else None
         input_ids = [self.resolve(ref) for ref in inputs]
         run_id = self.catalog.start_run(
             "artifact-put",
@@ -85,7 +90,13 @@ class Workspace:
             # The manifest names no run, so re-putting the same files gives the same id; the
             # catalog still records this run as the producer.
             manifest = put_tree(
-                self.pieces, source, kind, piece_size, metadata=metadata, progress=progress
+                self.pieces,
+                source,
+                kind,
+                piece_size,
+                metadata=metadata,
+                progress=progress,
+                encrypt_with=encrypt_with,
             )
             record = self.register(manifest, run_id)
             if name:
@@ -167,9 +178,17 @@ class Workspace:
     def manifest(self, ref: str) -> Manifest:
         return self.pieces.get_manifest(self.resolve(ref))
 
-    def get(self, ref: str, dest: Path, progress: Progress | None = None) -> Manifest:
+    def get(
+        self,
+        ref: str,
+        dest: Path,
+        progress: Progress | None = None,
+        keys: Keyring | None = None,
+    ) -> Manifest:
+        """Materialize `ref` into `dest`; a confidential artifact is decrypted with `keys`
+        (default: those the environment names)."""
         manifest = self.manifest(ref)
-        materialize(self.pieces, manifest, dest, progress)
+        materialize(self.pieces, manifest, dest, progress, keys)
         return manifest
 
     def verify(self, ref: str, progress: Progress | None = None) -> list[Problem]:

@@ -1,6 +1,7 @@
 """`shipyard artifact put|get|ls|show|verify` and `shipyard gc`."""
 
 import argparse
+import base64
 import datetime
 import json
 import sys
@@ -8,7 +9,9 @@ from pathlib import Path
 
 from shipyard.cli.progress import byte_progress, stderr
 from shipyard.errors import IntegrityError, InvalidInput
+from shipyard.secretfile import write_private_file
 from shipyard.store.put import scan_source
+from shipyard.store.sealed import KEY_ENV, KEY_FILE_ENV, key_id, load_keyring, new_key
 from shipyard.workspace import Workspace
 
 
@@ -29,12 +32,26 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     put.add_argument("--piece-size-mib", type=int, default=16, help="piece size (default 16)")
     put.add_argument("--metadata", type=json.loads, default={}, help="a JSON object")
+    put.add_argument(
+        "--confidential",
+        action="store_true",
+        help="encrypt every piece (AES-256-GCM) under the first key of --key-file, "
+        f"${KEY_FILE_ENV} or ${KEY_ENV}; names, sizes and metadata stay readable",
+    )
+    _key_file_option(put)
     put.set_defaults(func=_put)
 
     get = commands.add_parser("get", help="materialize and verify an artifact into DEST")
     get.add_argument("ref", help="artifact id, unique id prefix or alias")
     get.add_argument("dest", type=Path, help="absent or empty directory to write into")
+    _key_file_option(get)
     get.set_defaults(func=_get)
+
+    keygen = commands.add_parser(
+        "keygen", help="write a new encryption key file (0600), or add a key to the top of one"
+    )
+    keygen.add_argument("key_file", type=Path, metavar="FILE", help="the key file")
+    keygen.set_defaults(func=_keygen)
 
     ls = commands.add_parser("ls", help="list artifacts")
     ls.add_argument("--kind", help="only artifacts of this kind")
@@ -53,9 +70,23 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     gc.set_defaults(func=_gc)
 
 
+def _key_file_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--key-file",
+        type=Path,
+        metavar="FILE",
+        help=f"encryption keys, one base64 line each, the first sealing (default ${KEY_FILE_ENV})",
+    )
+
+
 def _put(args: argparse.Namespace) -> int:
     if not isinstance(args.metadata, dict):
         raise InvalidInput("--metadata must be a JSON object")
+    if args.key_file and not args.confidential:
+        raise InvalidInput("--key-file is for --confidential puts")
+    keys = load_keyring(args.key_file) if args.confidential else None
+    if keys is not None:
+        keys.sealer()  # no key: refused before the files are read
     source = scan_source(args.path)
     if source.empty_dirs:
         shown = ", ".join(source.empty_dirs[:5]) + (", ..." if len(source.empty_dirs) > 5 else "")
@@ -84,7 +115,12 @@ def _get(args: argparse.Namespace) -> int:
     ws = Workspace.open()
     manifest = ws.manifest(args.ref)
     with byte_progress(f"get {args.ref}", manifest.size) as advance:
-        ws.get(args.ref, args.dest, progress=advance)
+        ws.get(
+            artifact_id,
+            args.dest,
+            progress=advance,
+            keys=load_keyring(args.key_file) if args.key_file else None,
+        )
     print(f"{manifest.id} → {args.dest} ({len(manifest.files)} files, {manifest.size:,} bytes)")
     return 0
 
@@ -118,6 +154,8 @@ def _show(args: argparse.Namespace) -> int:
     for entry in manifest.files:
         print(f"  {entry.mode:04o} {entry.size:>14,}  {len(entry.pieces):>4} pieces  {entry.path}")
     return 0
+    if manifest.encryption:
+        print(f"encrypted:  {manifest.encryption.algorithm}, key {manifest.encryption.key_id}")
 
 
 def _verify(args: argparse.Namespace) -> int:

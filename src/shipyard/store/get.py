@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from shipyard.errors import IntegrityError, InvalidInput, NotFound, StorageError
@@ -19,6 +20,7 @@ from shipyard.store.manifest import FileEntry, Manifest, PieceRef
 from shipyard.store.modes import written_mode
 from shipyard.store.pieces import PieceStore, piece_key
 from shipyard.store.pipeline import fetch_in_order
+from shipyard.store.sealed import Keyring, Opener, open_sealed
 
 Progress = Callable[[int], None]
 
@@ -37,12 +39,19 @@ class Problem:
 
 
 def materialize(
-    pieces: PieceStore, manifest: Manifest, dest: Path, progress: Progress | None = None
+    pieces: PieceStore,
+    manifest: Manifest,
+    dest: Path,
+    progress: Progress | None = None,
+    keys: Keyring | None = None,
 ) -> None:
-    """Write the artifact's files under `dest`, which must be absent or an empty directory."""
+    """Write the artifact's files under `dest`, which must be absent or an empty directory. A
+    confidential artifact is decrypted with `keys` (default: those the environment names); one
+    whose key is missing is refused before anything is written."""
+    opener = open_sealed(manifest, keys)
     with staged(dest) as staging:
         for entry in manifest.files:
-            _write_file(pieces, entry, staging, progress)
+            _write_file(pieces, entry, staging, progress, opener)
 
 
 @contextmanager
@@ -73,7 +82,11 @@ def staged(dest: Path) -> Iterator[Path]:
 
 
 def _write_file(
-    pieces: PieceStore, entry: FileEntry, root: Path, progress: Progress | None
+    pieces: PieceStore,
+    entry: FileEntry,
+    root: Path,
+    progress: Progress | None,
+    opener: Opener | None,
 ) -> None:
     target = root / entry.path
     # Manifest paths are validated relative paths and the staging tree is ours alone, but check
@@ -84,7 +97,8 @@ def _write_file(
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         # Pieces land at their offsets with positional writes, several at once.
-        placed = fetch_in_order(lambda ref: pieces.copy_piece(ref, fd), entry.pieces)
+        place = opener.placer(pieces, entry, fd) if opener else partial(pieces.copy_piece, fd=fd)
+        placed = fetch_in_order(place, entry.pieces)
         for index, ref in enumerate(entry.pieces):
             try:
                 next(placed)

@@ -5,6 +5,11 @@ same files, kind, metadata and run always give the same id. Manifests arrive fro
 peers and shared buckets, so parsing trusts nothing: every field is type- and range-checked, and
 the bytes must be exactly the canonical encoding of what they parse to, so one artifact has one id.
 Paths are relative POSIX paths checked here, once, for every manifest that is built or parsed.
+
+A confidential artifact's manifest also has an `encryption` header and, per file, the nonce and
+GCM tag of each piece (`seals`); both keys are absent otherwise, so a plain artifact's bytes and id
+are what they always were, and a reader that predates them refuses an encrypted manifest by name
+instead of writing ciphertext. The cryptography itself is in `sealed`.
 """
 
 import json
@@ -25,10 +30,16 @@ MAX_NAME_BYTES = 255  # one path component, as Linux filesystems allow
 MAX_PATH_BYTES = 4096
 MAX_TEXT = 200  # kind and run
 MAX_METADATA_DEPTH = 32
+ALGORITHM = "AES-256-GCM"
+KEY_ID_HEX_LEN = 16
+SALT_HEX_LEN = 32
+NONCE_HEX_LEN = 24  # 96 bits, GCM's own nonce size
+TAG_HEX_LEN = 32
 
 _HEX = frozenset("0123456789abcdef")
 _TOP_KEYS = frozenset({"files", "format", "kind", "metadata", "piece_size", "run"})
 _FILE_KEYS = frozenset({"mode", "path", "pieces", "size"})
+_ENCRYPTION_KEYS = frozenset({"algorithm", "key_id", "nonce", "salt", "tag"})
 
 
 @dataclass(frozen=True)
@@ -41,13 +52,46 @@ class PieceRef:
 
 
 @dataclass(frozen=True)
+class PieceSeal:
+    """How one piece of a confidential artifact was encrypted: its GCM nonce and tag (hex). The
+    stored piece is the ciphertext alone, as long as the plaintext."""
+
+    nonce: str
+    tag: str
+
+
+@dataclass(frozen=True)
 class FileEntry:
-    """One file of an artifact, as the ordered pieces that make it up."""
+    """One file of an artifact, as the ordered pieces that make it up (and, when the artifact is
+    confidential, one seal per piece)."""
 
     path: str
     size: int
     mode: int
     pieces: tuple[PieceRef, ...]
+    seals: tuple[PieceSeal, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Encryption:
+    """A confidential artifact's header: the algorithm, the id (fingerprint) of its key, a random
+    salt every piece's associated data carries, and the nonce and tag that authenticate the whole
+    manifest under the key."""
+
+    key_id: str
+    salt: str
+    nonce: str
+    tag: str
+    algorithm: str = ALGORITHM
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "algorithm": self.algorithm,
+            "key_id": self.key_id,
+            "salt": self.salt,
+            "nonce": self.nonce,
+            "tag": self.tag,
+        }
 
 
 @dataclass(frozen=True)
@@ -60,6 +104,7 @@ class Manifest:
     metadata: dict[str, Any] = field(default_factory=dict)
     run: str | None = None
     format: int = FORMAT_VERSION
+    encryption: Encryption | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -69,22 +114,17 @@ class Manifest:
         return sum(f.size for f in self.files)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        raw: dict[str, Any] = {
             "format": self.format,
             "kind": self.kind,
             "piece_size": self.piece_size,
-            "files": [
-                {
-                    "path": f.path,
-                    "size": f.size,
-                    "mode": f.mode,
-                    "pieces": [[p.hash, p.offset, p.size] for p in f.pieces],
-                }
-                for f in self.files
-            ],
+            "files": [_file_to_json(f) for f in self.files],
             "metadata": self.metadata,
             "run": self.run,
         }
+        if self.encryption is not None:
+            raw["encryption"] = self.encryption.to_json()
+        return raw
 
     def canonical_bytes(self) -> bytes:
         return canonical_json(self.to_json())
@@ -114,6 +154,18 @@ class Manifest:
         return manifest
 
 
+def _file_to_json(entry: FileEntry) -> dict[str, Any]:
+    raw: dict[str, Any] = {
+        "path": entry.path,
+        "size": entry.size,
+        "mode": entry.mode,
+        "pieces": [[p.hash, p.offset, p.size] for p in entry.pieces],
+    }
+    if entry.seals is not None:
+        raw["seals"] = [[s.nonce, s.tag] for s in entry.seals]
+    return raw
+
+
 def _from_json(raw: Any) -> Manifest:
     """Build a manifest from parsed JSON, checking each field's JSON type on the way."""
     if not isinstance(raw, dict):
@@ -123,7 +175,7 @@ def _from_json(raw: Any) -> Manifest:
         raise InvalidInput(
             f"unsupported format {_show(fmt)} (this Shipyard reads {FORMAT_VERSION})"
         )
-    _check_keys(raw, _TOP_KEYS, "manifest")
+    _check_keys(raw, _TOP_KEYS, "manifest", optional=frozenset({"encryption"}))
     files = _typed(raw["files"], list, "files")
     return Manifest(
         kind=_typed(raw["kind"], str, "kind"),
@@ -131,11 +183,18 @@ def _from_json(raw: Any) -> Manifest:
         files=tuple(_file_from_json(f, f"files[{i}]") for i, f in enumerate(files)),
         metadata=_typed(raw["metadata"], dict, "metadata"),
         run=None if raw["run"] is None else _typed(raw["run"], str, "run"),
+        encryption=_encryption_from_json(raw["encryption"]) if "encryption" in raw else None,
     )
 
 
+def _encryption_from_json(raw: Any) -> Encryption:
+    _check_keys(_typed(raw, dict, "encryption"), _ENCRYPTION_KEYS, "encryption")
+    fields = {key: _typed(raw[key], str, f"encryption.{key}") for key in _ENCRYPTION_KEYS}
+    return Encryption(**fields)
+
+
 def _file_from_json(raw: Any, where: str) -> FileEntry:
-    _check_keys(_typed(raw, dict, where), _FILE_KEYS, where)
+    _check_keys(_typed(raw, dict, where), _FILE_KEYS, where, optional=frozenset({"seals"}))
     pieces = []
     for i, piece in enumerate(_typed(raw["pieces"], list, f"{where}.pieces")):
         at = f"{where}.pieces[{i}]"
@@ -143,16 +202,30 @@ def _file_from_json(raw: Any, where: str) -> FileEntry:
             raise InvalidInput(f"{at}: must be [sha256, offset, size]")
         digest, offset, size = piece
         pieces.append(PieceRef(_typed(digest, str, at), _integer(offset, at), _integer(size, at)))
+    seals = None
+    if "seals" in raw:
+        seals = []
+        for i, seal in enumerate(_typed(raw["seals"], list, f"{where}.seals")):
+            at = f"{where}.seals[{i}]"
+            if not isinstance(seal, list) or len(seal) != 2:
+                raise InvalidInput(f"{at}: must be [nonce, tag]")
+            seals.append(PieceSeal(_typed(seal[0], str, at), _typed(seal[1], str, at)))
     return FileEntry(
         path=_typed(raw["path"], str, f"{where}.path"),
         size=_integer(raw["size"], f"{where}.size"),
         mode=_integer(raw["mode"], f"{where}.mode"),
         pieces=tuple(pieces),
+        seals=None if seals is None else tuple(seals),
     )
 
 
-def _check_keys(raw: dict[str, Any], expected: frozenset[str], where: str) -> None:
-    if unknown := sorted(set(raw) - expected):
+def _check_keys(
+    raw: dict[str, Any],
+    expected: frozenset[str],
+    where: str,
+    optional: frozenset[str] = frozenset(),
+) -> None:
+    if unknown := sorted(set(raw) - expected - optional):
         raise InvalidInput(f"{where}: unknown key(s) {', '.join(map(repr, unknown))}")
     if missing := sorted(expected - set(raw)):
         raise InvalidInput(f"{where}: missing key(s) {', '.join(map(repr, missing))}")
@@ -225,6 +298,7 @@ def validate(manifest: Manifest) -> None:
     if manifest.run is not None and not (0 < len(manifest.run) <= MAX_TEXT and _utf8(manifest.run)):
         raise InvalidInput(f"run {_show(manifest.run)} must be 1-{MAX_TEXT} characters of UTF-8")
     _check_metadata(manifest.metadata, "metadata", 0)
+    _validate_encryption(manifest)
     previous = None
     for entry in manifest.files:
         validate_relative_path(entry.path)
@@ -259,6 +333,43 @@ def _validate_file(entry: FileEntry, piece_size: int) -> None:
         offset += piece.size
     if offset != entry.size:
         raise InvalidInput(f"{where}: pieces cover {offset} bytes, file has {entry.size}")
+
+
+def _validate_encryption(manifest: Manifest) -> None:
+    """A confidential manifest has a well-formed header and one seal per piece, every nonce in it
+    once; a plain one has no seals at all."""
+    header = manifest.encryption
+    if header is None:
+        for entry in manifest.files:
+            if entry.seals is not None:
+                raise InvalidInput(f"file {entry.path!r}: seals in an artifact without encryption")
+        return
+    if header.algorithm != ALGORITHM:
+        raise InvalidInput(
+            f"encryption.algorithm {_show(header.algorithm)} is not supported (only {ALGORITHM})"
+        )
+    _check_hex("encryption.key_id", header.key_id, KEY_ID_HEX_LEN)
+    _check_hex("encryption.salt", header.salt, SALT_HEX_LEN)
+    _check_hex("encryption.nonce", header.nonce, NONCE_HEX_LEN)
+    _check_hex("encryption.tag", header.tag, TAG_HEX_LEN)
+    nonces = {header.nonce}
+    for entry in manifest.files:
+        where = f"file {entry.path!r}"
+        if entry.seals is None or len(entry.seals) != len(entry.pieces):
+            count = "no" if entry.seals is None else len(entry.seals)
+            raise InvalidInput(f"{where}: {count} seals for {len(entry.pieces)} pieces")
+        for index, seal in enumerate(entry.seals):
+            _check_hex(f"{where}: seal {index} nonce", seal.nonce, NONCE_HEX_LEN)
+            _check_hex(f"{where}: seal {index} tag", seal.tag, TAG_HEX_LEN)
+            # GCM under one key with a repeated nonce leaks the XOR of two plaintexts.
+            if seal.nonce in nonces:
+                raise InvalidInput(f"{where}: seal {index} repeats nonce {seal.nonce}")
+            nonces.add(seal.nonce)
+
+
+def _check_hex(what: str, value: str, length: int) -> None:
+    if len(value) != length or not set(value) <= _HEX:
+        raise InvalidInput(f"{what} {_show(value)} is not {length} lowercase hex digits")
 
 
 def _check_range(what: str, value: int, low: int, high: int, octal: bool = False) -> None:

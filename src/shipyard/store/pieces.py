@@ -66,7 +66,7 @@ class PieceStore:
         if not isinstance(self.backend, LocalBackend):
             data = self.get_piece(ref.hash)
             _check_size(ref, len(data))
-            _pwrite_all(fd, data, ref.offset)
+            pwrite_all(fd, data, ref.offset)
             return
         try:
             source = os.open(self.backend.path(piece_key(ref.hash)), os.O_RDONLY)
@@ -128,7 +128,7 @@ def _check_size(ref: PieceRef, size: int) -> None:
         raise IntegrityError(f"piece {ref.hash} has {size} bytes, the manifest says {ref.size}")
 
 
-def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+def pwrite_all(fd: int, data: bytes, offset: int) -> None:
     view = memoryview(data)
     while view:
         written = os.pwrite(fd, view, offset)

@@ -9,10 +9,13 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TypeVar
 
+from shipyard.store.manifest import PieceSeal
 from shipyard.store.pieces import PieceStore
 
 K = TypeVar("K")
 T = TypeVar("T")
+# Encrypts a piece on the worker thread: the ciphertext to store, and its seal.
+Seal = Callable[[memoryview], tuple[memoryview, PieceSeal]]
 
 PIPELINE_DEPTH = 4  # pieces in flight; memory used is about (depth + 1) × piece size
 
@@ -24,7 +27,7 @@ class PieceWriter:
         self._pieces = pieces
         self._pool = ThreadPoolExecutor(max_workers=depth, thread_name_prefix="shipyard-put")
         self._buffers = [memoryview(bytearray(piece_size)) for _ in range(depth + 1)]
-        self._in_flight: deque[Future[str]] = deque()
+        self._in_flight: deque[Future[tuple[str, PieceSeal | None]]] = deque()
         self._submitted = 0
 
     def buffer(self) -> memoryview:
@@ -34,15 +37,24 @@ class PieceWriter:
             self._in_flight.popleft().result()
         return self._buffers[self._submitted % len(self._buffers)]
 
-    def submit(self, data: memoryview) -> "Future[str]":
-        """Hash and store `data` (a prefix of the last `buffer()`); the future gives its hash."""
-        future = self._pool.submit(lambda: self._pieces.put_piece(data)[0])
+    def submit(
+        self, data: memoryview, seal: Seal | None = None
+    ) -> "Future[tuple[str, PieceSeal | None]]":
+        """Hash and store `data` (a prefix of the last `buffer()`), encrypted by `seal` if given;
+        the future gives the stored piece's hash and its seal."""
+        future = self._pool.submit(self._store, data, seal)
         self._in_flight.append(future)
         self._submitted += 1
         return future
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _store(self, data: memoryview, seal: Seal | None) -> tuple[str, PieceSeal | None]:
+        if seal is None:
+            return self._pieces.put_piece(data)[0], None
+        ciphertext, piece_seal = seal(data)
+        return self._pieces.put_piece(ciphertext)[0], piece_seal
 
 
 def fetch_in_order(

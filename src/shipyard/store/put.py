@@ -20,10 +20,12 @@ from shipyard.store.manifest import (
     FileEntry,
     Manifest,
     PieceRef,
+    PieceSeal,
     validate_relative_path,
 )
 from shipyard.store.pieces import PieceStore
 from shipyard.store.pipeline import PieceWriter
+from shipyard.store.sealed import Keyring, Sealer
 
 DEFAULT_PIECE_SIZE = 16 << 20
 MIN_PIECE_SIZE = 64 << 10
@@ -113,24 +115,30 @@ def put_tree(
     metadata: dict[str, Any] | None = None,
     run: str | None = None,
     progress: Progress | None = None,
+    encrypt_with: Keyring | None = None,
 ) -> Manifest:
-    """Store every file under `source`; return the committed manifest."""
+    """Store every file under `source`; return the committed manifest. With `encrypt_with`, the
+    artifact is confidential: its pieces are stored encrypted under the keyring's first key."""
     if not MIN_PIECE_SIZE <= piece_size <= MAX_PIECE_SIZE:
         raise InvalidInput(
             f"piece_size {piece_size} must be between {MIN_PIECE_SIZE} and {MAX_PIECE_SIZE}"
         )
+    sealer = encrypt_with.sealer() if encrypt_with is not None else None
     files = scan_source(Path(source)).files
     writer = PieceWriter(pieces, piece_size)
     try:
         with put_lease(pieces.backend) as lease:
-            entries = [_put_file(writer, src, lease.refresh, progress) for src in files]
+            entries = [_put_file(writer, src, lease.refresh, progress, sealer) for src in files]
             manifest = Manifest(
                 kind=kind,
                 piece_size=piece_size,
                 files=tuple(entries),
                 metadata=metadata or {},
                 run=run,
+                encryption=sealer.header if sealer else None,
             )
+            if sealer:
+                manifest = sealer.seal_manifest(manifest)
             lease.refresh()
             pieces.put_manifest(manifest)
     finally:
@@ -143,13 +151,19 @@ def _put_file(
     src: SourceFile,
     heartbeat: Callable[[], None],
     progress: Progress | None,
+    sealer: Sealer | None,
 ) -> FileEntry:
-    stored: list[tuple[Future[str], int, int]] = []
+    stored: list[tuple[Future[tuple[str, PieceSeal | None]], int, int]] = []
     offset = 0
     try:
         with open(src.path, "rb", buffering=0) as fh:
             while n := _read_full(fh, view := writer.buffer()):
-                stored.append((writer.submit(view[:n]), offset, n))
+                seal = (
+                    sealer.piece_sealer(src.relpath, len(stored), offset, src.size)
+                    if sealer
+                    else None
+                )
+                stored.append((writer.submit(view[:n], seal), offset, n))
                 offset += n
                 heartbeat()
                 if progress:
@@ -158,8 +172,10 @@ def _put_file(
         raise StorageError(f"cannot read source file {src.path}: {exc.strerror}") from exc
     if offset != src.size:
         raise InvalidInput(f"{src.path} changed size while it was stored ({src.size} → {offset})")
-    refs = tuple(PieceRef(future.result(), start, n) for future, start, n in stored)
-    return FileEntry(src.relpath, offset, src.mode, refs)
+    results = [(future.result(), start, n) for future, start, n in stored]
+    refs = tuple(PieceRef(piece_hash, start, n) for (piece_hash, _), start, n in results)
+    seals = tuple(seal for (_, seal), _, _ in results if seal) if sealer else None
+    return FileEntry(src.relpath, offset, src.mode, refs, seals)
 
 
 def _read_full(fh: Any, view: memoryview) -> int:
