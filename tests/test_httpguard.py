@@ -86,6 +86,37 @@ def test_unsafe_token_files_are_refused_by_name(
         read_token("svc", tmp_path)
 
 
+def test_token_directory_others_can_reach_is_refused(tmp_path: Path) -> None:
+    path = token_path("svc", tmp_path)
+    load_or_create_token("svc", tmp_path)
+    for mode in (0o777, 0o755, 0o750):
+        path.parent.chmod(mode)
+        with pytest.raises(StorageError, match=f"directory {path.parent} has mode {mode:04o}"):
+            read_token("svc", tmp_path)
+    path.parent.chmod(0o700)
+    # A home whose tokens/ is a symlink to a directory someone else controls.
+    other = tmp_path / "other"
+    (other / "tokens").mkdir(parents=True, mode=0o777)
+    (other / "tokens").chmod(0o777)
+    (other / "tokens" / "svc.token").write_text("t" * 43)
+    (other / "tokens" / "svc.token").chmod(0o600)
+    linked = tmp_path / "linked"
+    linked.mkdir()
+    (linked / "tokens").symlink_to(other / "tokens")
+    with pytest.raises(StorageError, match="symbolic link"):
+        read_token("svc", linked)
+    with pytest.raises(StorageError, match="symbolic link"):
+        load_or_create_token("svc", linked)
+
+
+def test_a_fifo_token_file_is_refused_not_waited_on(tmp_path: Path) -> None:
+    path = token_path("svc", tmp_path)
+    path.parent.mkdir(mode=0o700)
+    os.mkfifo(path, 0o600)
+    with pytest.raises(StorageError, match="not a regular file"):
+        load_or_create_token("svc", tmp_path)
+
+
 def test_loopback_and_host_rules() -> None:
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.8.0.1", "::1", "[::1]", "localhost"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "10.0.0.1", "example.com", ""))
@@ -190,6 +221,19 @@ def test_audit_lines(tmp_path: Path) -> None:
     lines = (tmp_path / "audit" / "svc.log").read_text().splitlines()
     assert len(lines) == 2 and '"path": "/x?a=\\n"' in lines[0]  # one line, even with a newline
     assert '"status": 401' in lines[1] and '"reason"' in lines[1]
+
+
+def test_audit_never_records_a_credential_in_the_query(tmp_path: Path) -> None:
+    guard = Guard("svc", TOKEN, "127.0.0.1", tmp_path / "audit" / "svc.log")
+    guard.audit("POST", f"/x?token={TOKEN}&n=1", "127.0.0.1", 401)
+    guard.audit("POST", "/x?api_key=sk-live-123&Access%5FToken=abc&page=2", "127.0.0.1", 200)
+    guard.audit("GET", f"/x/{TOKEN}?q={TOKEN[:10]}", "127.0.0.1", 404)
+    text = (tmp_path / "audit" / "svc.log").read_text()
+    assert TOKEN not in text and "sk-live-123" not in text and "abc" not in text
+    lines = [json.loads(line)["path"] for line in text.splitlines()]
+    assert lines[0] == "/x?token=[redacted]&n=1"
+    assert lines[1] == "/x?api_key=[redacted]&Access%5FToken=[redacted]&page=2"
+    assert lines[2] == f"/x/[redacted]?q={TOKEN[:10]}"
 
 
 # A guarded toy service over real HTTP

@@ -145,7 +145,7 @@ def test_a_correct_request_creates_a_job_and_is_audited(live: Live) -> None:
 def test_serve_refuses_an_unsafe_token_file_and_a_public_bind(tmp_path: Path) -> None:
     home = tmp_path / "home"
     token = home / "tokens" / "scheduler.token"
-    token.parent.mkdir(parents=True)
+    token.parent.mkdir(parents=True, mode=0o700)
     token.write_text("t" * 43)
     token.chmod(0o644)
     cluster = tmp_path / "cluster.json"
@@ -159,3 +159,24 @@ def test_serve_refuses_an_unsafe_token_file_and_a_public_bind(tmp_path: Path) ->
         "scheduler", "serve", "--config", str(cluster), "--host", "0.0.0.0", home=home
     )
     assert result.returncode == 2 and "--allow-remote" in result.stderr
+
+
+def test_serve_refuses_an_open_token_directory_and_a_fifo_token(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    token = home / "tokens" / "scheduler.token"
+    token.parent.mkdir(parents=True, mode=0o700)
+    token.write_text("t" * 43)
+    token.chmod(0o600)
+    token.parent.chmod(0o755)  # any local user may list it, or (0777) swap the token in
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"nodes": [{"name": "n0", "gpus": 1}], "teams": [
+        {"team": "a", "nominal": {"gpu": 1}}]}))  # fmt: skip
+    serve = ("scheduler", "serve", "--config", str(cluster), "--port", "0")
+    result = shipyard(*serve, home=home)
+    assert result.returncode == 6 and f"{token.parent} has mode 0755" in result.stderr
+    token.parent.chmod(0o700)
+    token.unlink()
+    os.mkfifo(token, 0o600)  # opening it for reading used to wait for a writer forever
+    result = shipyard(*serve, home=home)
+    assert result.returncode == 6 and "not a regular file" in result.stderr
+    assert "Traceback" not in result.stderr

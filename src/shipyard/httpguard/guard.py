@@ -12,10 +12,14 @@ Rules (docs/scheduler.md, "Security"):
 - A body is at most `max_body` bytes (413), declared by `Content-Length` (411 without it), and
   must be one JSON object (400 for anything else, `NaN`, or nesting too deep to parse).
 - Each mutation and each refusal appends one JSON line (time, service, method, path, client,
-  status) to `<home>/audit/<service>.log` and to the `shipyard.audit` logger.
+  status) to `<home>/audit/<service>.log` and to the `shipyard.audit` logger; a query parameter
+  named like a credential (`token`, `api_key`, ...) and the service's token are written as
+  `[redacted]`. Headers are never logged.
 
-The token is made on first start into `<home>/tokens/<service>.token` (mode 0600) and reused
-after; a token file that others may read or write, or that another user owns, is refused.
+The token is made on first start into `<home>/tokens/<service>.token` (mode 0600, directory
+0700) and reused after. It is read through `shipyard.secretfile`, the rules key files share: a
+token file or directory that others may read or write, that another user owns, or that is a
+symlink, and a token "file" that is a FIFO or device, are refused by name.
 
 Use: refuse a non-loopback bind unless the user asked for it (`is_loopback(host)`), then
 `Guard.start(service, home, bound_host)` once and put `shipyard.httpguard.asgi.guard_middleware`
@@ -24,7 +28,6 @@ in front of the FastAPI app. Another framework calls `guard.check(method, header
 its `status`; `headers` is anything whose `items()` gives (name, value) pairs, repeats included.
 """
 
-import contextlib
 import hmac
 import ipaddress
 import json
@@ -33,15 +36,16 @@ import os
 import re
 import secrets
 import socket
-import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import unquote_plus
 
 from shipyard.errors import StorageError
+from shipyard.secretfile import read_private_file, write_private_file
 
 MAX_BODY = 1 << 20
 MUTATIONS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
@@ -51,6 +55,8 @@ _SINGLE = ("host", "origin", "authorization", "content-type", "content-length")
 _MIN_TOKEN, _MAX_TOKEN = 32, 512
 # A host name or an IPv4 literal, or a bracketed IPv6 literal, then an optional port.
 _HOST = re.compile(r"(?P<name>[A-Za-z0-9.-]+|\[[0-9A-Fa-f:.]+\])(?::[0-9]{1,5})?")
+# Query parameters whose values are credentials: never written to the audit log.
+_SECRET_PARAM = re.compile(r"token|key|secret|passw|auth|sig|credential|session", re.IGNORECASE)
 audit_log = logging.getLogger("shipyard.audit")
 
 
@@ -88,30 +94,12 @@ def token_path(service: str, home: Path) -> Path:
 def read_token(service: str, home: Path) -> str:
     """The service's token; refuses a missing, unsafe or malformed token file by name."""
     path = token_path(service, home)
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
+    if not path.is_symlink() and not path.exists():
         raise StorageError(
             f"token file {path} does not exist: has the {service} been started with this "
             "SHIPYARD_HOME?"
-        ) from None
-    except OSError as exc:  # ELOOP: a symlink, which another user could point anywhere
-        raise StorageError(f"token file {path}: cannot open safely ({exc.strerror})") from None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise StorageError(f"token file {path} is not a regular file")
-        if info.st_uid != os.geteuid():
-            raise StorageError(
-                f"token file {path} is owned by uid {info.st_uid}, not by you "
-                f"(uid {os.geteuid()}): remove it and restart the {service}"
-            )
-        if info.st_mode & 0o077:
-            raise StorageError(
-                f"token file {path} has mode {stat.S_IMODE(info.st_mode):04o}: others may read "
-                f"it; run `chmod 600 {path}` (or remove it for a new token)"
-            )
-        raw = file.read(_MAX_TOKEN + 2)
+        )
+    raw = read_private_file(path, "token file", _MAX_TOKEN + 2)
     token = raw.decode("ascii", "replace").strip()
     if not _MIN_TOKEN <= len(token) <= _MAX_TOKEN or not re.fullmatch(r"[A-Za-z0-9_-]+", token):
         raise StorageError(
@@ -125,18 +113,8 @@ def load_or_create_token(service: str, home: Path) -> str:
     """The service's token, made on first start (written whole, then linked into place)."""
     path = token_path(service, home)
     if not path.exists() and not path.is_symlink():
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        temp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            with os.fdopen(fd, "w") as file:
-                file.write(secrets.token_urlsafe(32) + "\n")
-                file.flush()
-                os.fsync(file.fileno())
-            with contextlib.suppress(FileExistsError):  # another process made one meanwhile
-                os.link(temp, path)  # a link never replaces it
-        finally:
-            temp.unlink()
+        token = secrets.token_urlsafe(32) + "\n"
+        write_private_file(path, token.encode(), replace=False)
     return read_token(service, home)
 
 
@@ -233,13 +211,20 @@ class Guard:
             raise Refused(400, f"body: expected a JSON object, not {type(body).__name__}")
         return body
 
+    def redacted(self, target: str) -> str:
+        """`target` (path and query) fit for a log: a query parameter named like a credential
+        and this service's token, wherever it appears, are replaced by `[redacted]`."""
+        path, sep, query = target.partition("?")
+        shown = path + sep + _redact_query(query) if sep else path
+        return shown.replace(self.token, "[redacted]") if self.token else shown
+
     def audit(self, method: str, path: str, client: str, status: int, reason: str = "") -> None:
         """Append one JSON line for a mutation or a refusal."""
         record = {
             "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "service": self.service,
             "method": method,
-            "path": path[:1000],
+            "path": self.redacted(path)[:1000],
             "client": client,
             "status": status,
         }
@@ -257,6 +242,15 @@ class Guard:
                     file.write(line + "\n")
         except OSError as exc:  # a full disk must not take the service down; say it loudly
             audit_log.error("audit log %s not written (%s): %s", self.audit_path, exc, line)
+
+
+def _redact_query(query: str) -> str:
+    pairs = []
+    for pair in query.split("&"):
+        name, sep, value = pair.partition("=")
+        secret = _SECRET_PARAM.search(unquote_plus(name)) and value
+        pairs.append(f"{name}{sep}{'[redacted]' if secret else value}")
+    return "&".join(pairs)
 
 
 def _header_map(headers: Headers) -> dict[str, str]:
