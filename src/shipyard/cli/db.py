@@ -14,8 +14,9 @@ def schemas() -> tuple[Schema, ...]:
     from shipyard.queue.schema import QUEUE
     from shipyard.scheduler.store import SCHEDULER
     from shipyard.train.state import TRAIN
+    from shipyard.trust.audit import AUDIT
 
-    return (CATALOG, QUEUE, SCHEDULER, TRAIN, EVALS)
+    return (CATALOG, QUEUE, SCHEDULER, TRAIN, EVALS, AUDIT)
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:

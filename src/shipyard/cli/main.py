@@ -50,6 +50,8 @@ COMMANDS = {
     "batch": "shipyard.cli.batch",
     "eval": "shipyard.cli.evals",
     "rl": "shipyard.cli.rl",
+    "trust": "shipyard.cli.trust",
+    "audit": "shipyard.cli.trust",
 }
 
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE, as a shell reports a writer whose reader went away
