@@ -19,6 +19,7 @@ import torch
 from shipyard.catalog import ArtifactRecord
 from shipyard.errors import IntegrityError, InvalidInput
 from shipyard.serve.models import put_model_dir
+from shipyard.trust.gate import Read, admit
 from shipyard.workspace import Workspace
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -198,7 +199,7 @@ def import_trainer_model(
     with tempfile.TemporaryDirectory(prefix="shipyard-import-") as work:
         path = Path(source)
         if not path.exists():
-            manifest = ws.manifest(source)
+            manifest = admit(ws, Read(ws.resolve(source), source, "load"))
             if manifest.kind != "checkpoint":
                 raise InvalidInput(f"{source!r} is a {manifest.kind!r} artifact, not a checkpoint")
             note(f"materialising checkpoint {manifest.id[:16]}")

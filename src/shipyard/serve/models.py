@@ -15,6 +15,8 @@ from typing import Any
 
 from shipyard.catalog import ArtifactRecord
 from shipyard.errors import InvalidInput
+from shipyard.trust.audit import Reader
+from shipyard.trust.gate import Read, admit
 from shipyard.workspace import Workspace
 
 MODEL_KIND = "model"
@@ -60,10 +62,13 @@ class Materialised:
     fetched: bool
 
 
-def materialise(ws: Workspace, ref: str, cache: Path, kind: str = MODEL_KIND) -> Materialised:
-    """The artifact's files under `cache/<id>`, fetched and verified unless already there."""
+def materialise(
+    ws: Workspace, ref: str, cache: Path, kind: str = MODEL_KIND, reader: Reader | None = None
+) -> Materialised:
+    """The artifact's files under `cache/<id>`, fetched and verified unless already there. The
+    trust policy is asked, and the read audited, every time, cached or not."""
     artifact_id = ws.resolve(ref)
-    manifest = ws.pieces.get_manifest(artifact_id)
+    manifest = admit(ws, Read(artifact_id, ref, "serve", reader or Reader()))
     if manifest.kind != kind:
         raise InvalidInput(f"{ref!r} is a {manifest.kind!r} artifact, not a {kind!r}")
     dest = cache / artifact_id

@@ -23,6 +23,7 @@ from shipyard.httpguard import Guard, is_loopback
 from shipyard.httpguard.asgi import start_server
 from shipyard.serve.models import ADAPTER_KIND, materialise
 from shipyard.serve.replica_http import Served, create_app
+from shipyard.trust.audit import Reader
 from shipyard.workspace import Workspace
 
 MIB = 1 << 20
@@ -123,7 +124,7 @@ def build(args: argparse.Namespace) -> Served:
     adapter_refs = _adapters(args.adapter)
     ws = Workspace.open()
     try:
-        got = materialise(ws, args.model, cache)
+        got = materialise(ws, args.model, cache, reader=Reader(service="replica"))
         adapter_ids = {name: ws.resolve(ref) for name, ref in adapter_refs.items()}
     finally:
         ws.close()
@@ -137,7 +138,9 @@ def build(args: argparse.Namespace) -> Served:
         def fetch() -> tuple[Path, bool]:
             space = Workspace.open()  # a connection of this thread's own
             try:
-                got = materialise(space, artifact_id, cache, kind=ADAPTER_KIND)
+                got = materialise(
+                    space, artifact_id, cache, kind=ADAPTER_KIND, reader=Reader(service="replica")
+                )
                 return got.path, got.fetched
             finally:
                 space.close()
