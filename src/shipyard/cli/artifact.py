@@ -112,8 +112,11 @@ def _put(args: argparse.Namespace) -> int:
 
 
 def _get(args: argparse.Namespace) -> int:
+    from shipyard.trust.gate import Read, admit
+
     ws = Workspace.open()
-    manifest = ws.manifest(args.ref)
+    artifact_id = ws.resolve(args.ref)
+    manifest = admit(ws, Read(artifact_id, args.ref, "get"))
     with byte_progress(f"get {args.ref}", manifest.size) as advance:
         ws.get(
             artifact_id,
