@@ -286,6 +286,12 @@ class Materializations:
                 f"materialize: the client runs as uid {uid} and this daemon as uid "
                 f"{os.geteuid()}: it writes files only for its own user or root"
             )
+        if holding.manifest.encryption is not None:
+            raise InvalidInput(
+                f"materialize: artifact {holding.artifact} is confidential: this daemon holds "
+                "only its ciphertext and writes no files of it; pull without --dest, then "
+                "`shipyard artifact get` with the key from this daemon's store"
+            )
         for directory, job in list(self.jobs.items()):  # ended, and never asked about again
             if job.ended.is_set() and time.monotonic() - job.asked > ABANDONED:
                 del self.jobs[directory]
