@@ -29,7 +29,7 @@ _WHY_NOT = _can_sandbox()
 if _WHY_NOT:
     pytest.skip(_WHY_NOT, allow_module_level=True)
 
-SMALL = Limits(memory_mib=96, pids=24, cpus=1.0, disk_mib=16, output_bytes=64 << 10)
+SMALL = Limits(memory_mib=96, pids=24, cpus=1.0, disk_mib=16, files=4096, output_bytes=64 << 10)
 
 
 def wait_for(condition: Callable[[], object], timeout: float = 20.0, what: str = "") -> None:

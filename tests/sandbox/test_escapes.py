@@ -4,14 +4,17 @@ Every test asserts the outcome the attempt must end in and that the host is unaf
 """
 
 import os
+import secrets
 import socket
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from shipyard.sandbox import Host, Outcome, Result, Sandbox
 from shipyard.sandbox.cgroups import OVERHEAD_PIDS
 
-from .conftest import SMALL
+from .conftest import SMALL, Service
 
 
 def python(box: Sandbox, code: str, timeout: float = 20.0) -> Result:
@@ -94,7 +97,7 @@ def test_host_files_outside_the_image_cannot_be_read(box: Sandbox, shipyard_home
     assert result.outcome is Outcome.OK, result
     lines = result.stdout.decode().splitlines()
     assert all(line.endswith("False") for line in lines[:-1]), lines
-    assert lines[-1] == "pid1 bwrap"  # its own PID namespace: the host's init is not in it
+    assert lines[-1] == "pid1 /.shipyard/agent"  # its own PID namespace: the agent is its init
 
 
 def test_fork_bomb_hits_the_pids_cap(box: Sandbox) -> None:
@@ -138,6 +141,49 @@ def test_filling_the_disk_past_its_quota(box: Sandbox) -> None:
     assert int(usage.stdout) <= SMALL.disk_mib << 20
 
 
+def test_filling_the_layer_with_empty_files_hits_the_file_cap(box: Sandbox) -> None:
+    result = python(
+        box,
+        """
+        import os
+        os.mkdir("/work/many")
+        for n in range(10_000_000):
+            open(f"/work/many/{n}", "w").close()
+        """,
+        timeout=120,
+    )
+    assert result.outcome is Outcome.DISK_LIMIT, result
+    assert f"{SMALL.files}-file cap is hit" in result.detail
+    assert b"No space left on device" in result.stderr
+    count = box.exec(["sh", "-c", "ls /work/many | wc -l; rm -r /work/many"], timeout=120)
+    assert count.outcome is Outcome.OK, count
+    assert SMALL.files - 10 <= int(count.stdout) < SMALL.files  # the root and /work/.tmp count
+
+
+def test_the_command_has_no_capabilities_and_no_new_privileges(box: Sandbox) -> None:
+    status = box.exec(["cat", "/proc/self/status"]).stdout.decode().splitlines()
+    fields = dict(line.split(":\t", 1) for line in status if ":\t" in line)
+    for name in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"]:
+        assert int(fields[name], 16) == 0, (name, fields[name])
+    assert fields["NoNewPrivs"].strip() == "1"
+    assert fields["Seccomp"].strip() == "2"
+
+
+def test_orphans_are_reaped_while_the_command_runs(box: Sandbox) -> None:
+    # Each short-lived grandchild is orphaned to the agent, the namespace's init; unreaped, their
+    # zombies would pass the process cap long before the loop ends.
+    script = "for i in $(seq 120); do (true &); done; sleep 0.2; echo done"
+    result = box.exec(["sh", "-c", script], timeout=60)
+    assert result.outcome is Outcome.OK, result
+    assert result.stdout == b"done\n"
+
+
+def test_the_agent_cannot_be_killed_from_inside(box: Sandbox) -> None:
+    result = box.exec(["sh", "-c", "kill -KILL 1; kill -TERM 1; kill -SEGV 1; echo sent"])
+    assert result.outcome is Outcome.OK, result
+    assert box.exec(["true"]).outcome is Outcome.OK  # the agent is still there
+
+
 def test_spinning_forever_times_out(box: Sandbox) -> None:
     result = python(box, "while True: pass", timeout=1.0)
     assert result.outcome is Outcome.TIMEOUT, result
@@ -167,7 +213,7 @@ def test_background_process_is_killed_when_exec_returns(box: Sandbox) -> None:
     listing = python(
         box, "import os; print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))"
     )
-    assert len(eval(listing.stdout)) == 3  # init, the agent, this python
+    assert len(eval(listing.stdout)) == 2  # the agent (the namespace's init), this python
 
 
 def test_ptrace_and_other_escape_calls_are_refused(box: Sandbox) -> None:
@@ -210,3 +256,64 @@ def test_host_is_intact_after_abuse(host: Host) -> None:
     if pid == 0:
         os._exit(0)
     assert os.waitpid(pid, 0)[1] == 0  # the host can still fork
+
+
+# Reads every /proc entry of every other process it can see (its init, its parent) and the
+# memory of each region it can map, and prints where each needle (given in hex, so that this
+# script's own text, which the agent holds, does not contain them) turned up.
+_PROC_SEARCH = """
+import os, sys
+needles = [bytes.fromhex(word) for word in sys.argv[1:]]
+def search(where, data):
+    for needle in needles:
+        if needle in data:
+            print("found", needle.decode(), "in", where)
+def grab(path):
+    try:
+        with open(path, "rb") as f:
+            search(path, f.read(1 << 20))
+    except OSError as exc:
+        print("refused", path, exc.strerror)
+me = os.getpid()
+for pid in sorted({1, os.getppid(), *(int(p) for p in os.listdir("/proc") if p.isdigit())} - {me}):
+    for name in ["environ", "cmdline", "maps", "stack", "auxv", "status", "stat"]:
+        grab(f"/proc/{pid}/{name}")
+    for name in ["exe", "cwd", "root"]:
+        try:
+            search(f"/proc/{pid}/{name}", os.readlink(f"/proc/{pid}/{name}").encode())
+        except OSError as exc:
+            print("refused", f"/proc/{pid}/{name}", exc.strerror)
+    try:
+        maps = open(f"/proc/{pid}/maps").read().splitlines()
+        with open(f"/proc/{pid}/mem", "rb") as mem:
+            for line in maps:
+                low, high = (int(x, 16) for x in line.split()[0].split("-"))
+                try:
+                    mem.seek(low)
+                    search(f"/proc/{pid}/mem", mem.read(min(high - low, 8 << 20)))
+                except (OSError, OverflowError, ValueError):
+                    pass
+    except OSError as exc:
+        print("refused", f"/proc/{pid}/mem", exc.strerror)
+"""
+
+
+def test_the_services_environment_and_paths_are_not_readable_inside(
+    shipyard_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = f"s3-key-{secrets.token_hex(8)}"
+    monkeypatch.setenv("SHIPYARD_TEST_SECRET", secret)
+    service = Service(shipyard_home, "--pool-min", "0")
+    service.start()
+    try:
+        with service.client() as client, client.create(limits=SMALL) as box:
+            needles = [secret, str(shipyard_home), "--seccomp", "bwrap", "/var/cache", "SHIPYARD_"]
+            argv = ["python3", "-c", _PROC_SEARCH, *(n.encode().hex() for n in needles)]
+            result = box.exec(argv, timeout=60)
+    finally:
+        service.stop()
+    assert result.outcome is Outcome.OK, result
+    lines = result.stdout.decode().splitlines()
+    assert [line for line in lines if line.startswith("found")] == []
+    assert "refused /proc/1/environ Permission denied" in lines  # the agent, PID 1, is closed
+    assert "refused /proc/1/mem Permission denied" in lines

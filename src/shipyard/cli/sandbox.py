@@ -50,6 +50,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     run.add_argument("--pids", type=int, default=64, help="process cap")
     run.add_argument("--cpus", type=float, default=1.0, help="CPU cap (cores)")
     run.add_argument("--disk-mib", type=int, default=64, help="writable layer size (MiB)")
+    run.add_argument("--files", type=int, default=16384, help="writable layer's file cap")
     run.add_argument("--output-bytes", type=int, default=1 << 20, help="stdout+stderr cap")
     run.add_argument("--timeout", type=float, default=10.0, help="wall-clock limit (seconds)")
     run.add_argument(
@@ -134,6 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         pids=args.pids,
         cpus=args.cpus,
         disk_mib=args.disk_mib,
+        files=args.files,
         output_bytes=args.output_bytes,
     )
     client = None if args.local else Client()

@@ -1,9 +1,13 @@
 /* The agent inside every sandbox: runs exec requests in a namespace that already exists.
  *
- * bubblewrap starts it once per sandbox (`/.shipyard/agent FD`), so an exec is a fork inside a
- * ready sandbox, not a new container. It is static C so that it starts in well under a
- * millisecond, needs nothing from the image, and costs a warm sandbox a few hundred KiB. It is
- * itself untrusted: the code it runs has its uid and may kill it or lie through it, which spoils
+ * bubblewrap starts it once per sandbox (`/.shipyard/agent SOCKET SECCOMP DISK FILES`) as the PID
+ * namespace's init, so an exec is a fork inside a ready sandbox, not a new container. It is
+ * static C so that it starts in well under a millisecond, needs nothing from the image, and costs
+ * a warm sandbox a few hundred KiB. Before it says it is ready it mounts the writable layer
+ * (`setup`: a tmpfs capped in bytes and in files, which bubblewrap cannot do), drops every
+ * capability, loads the seccomp filter and makes itself non-dumpable, so the code it runs can
+ * neither read its /proc entries nor signal it (the kernel shields a namespace's init). It is
+ * still treated as untrusted: a command could find a way to lie through it, which would spoil
  * only its own episode; the service checks every reply (see agent.py for the wire format).
  *
  * Also `agent put PATH MODE` (stdin into PATH, parents made) and `agent get PATH` (PATH to
@@ -18,13 +22,20 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -37,8 +48,12 @@
 #define MAX_FRAME (1 << 20)
 #define MAX_ITEMS 8192
 #define NFDS 3
+#define MAX_FILTER (1 << 16)
 
 static int sock = -1;
+static int children = -1;  /* a signalfd for SIGCHLD: as init, the agent reaps every orphan */
+static pid_t command = -1; /* the exec's command, while it runs */
+static int command_status, command_done;
 
 static double now(void) {
     struct timespec t;
@@ -108,7 +123,7 @@ static int recv_frame(char **buffer, char **items, int *fds, int *nfds) {
 }
 
 static int others(void) {
-    /* Processes in this PID namespace besides its init (1) and this agent. */
+    /* Processes in this PID namespace besides its init, this agent. */
     DIR *proc = opendir("/proc");
     if (!proc) return 0;
     int count = 0, me = getpid();
@@ -120,12 +135,16 @@ static int others(void) {
     return count;
 }
 
+/* Reap every child that has ended: the command (its status is kept) and orphans left to init. */
 static void reap(void) {
-    while (waitpid(-1, NULL, WNOHANG) > 0) {}
+    int status;
+    for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
+        if (pid == command) command_status = status, command_done = 1;
+    }
 }
 
-/* SIGKILL everything but init and the agent (kill(-1) reaches this namespace only) and wait,
- * briefly, until it is gone; init reaps the orphans. How many there were. */
+/* SIGKILL everything but the agent (kill(-1) from init reaches this namespace only, not init
+ * itself) and wait, briefly, until it is gone. How many there were. */
 static int kill_others(void) {
     int left = others();
     double deadline = now() + 2.0;
@@ -139,6 +158,10 @@ static int kill_others(void) {
 }
 
 static void child(char **argv, char **envp, const char *cwd, char **limits, int nlimits, int *fds) {
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL); /* the agent's SIGCHLD block and SIGPIPE ignore */
+    signal(SIGPIPE, SIG_DFL);              /* are not the command's */
     setsid();
     for (int i = 0; i < NFDS; i++) dup2(fds[i], i);
     syscall(SYS_close_range, 3, ~0U, 0);
@@ -172,17 +195,22 @@ static void run(char **items, int n, int *fds, int nfds) {
     memcpy(envp, items + 5 + argc, envc * sizeof(char *));
     argv[argc] = envp[envc] = NULL;
     double deadline = now() + atoi(items[1]) / 1000.0;
-    pid_t pid = fork();
+    command_done = command_status = 0;
+    pid_t pid = command = fork();
     if (pid == 0) child(argv, envp, items[2], items + 6 + argc + envc, 2 * nlim, fds);
     for (int i = 0; i < NFDS; i++) close(fds[i]);
-    int pidfd = syscall(SYS_pidfd_open, pid, 0);
     int timed_out = 0, killed = 0;
-    while (pid > 0 && pidfd >= 0) {
+    while (pid > 0) {
+        reap();
+        if (command_done) break;
         int wait_ms = (int)((deadline - now()) * 1000);
         if (wait_ms <= 0) { timed_out = 1; break; }
-        struct pollfd polled[2] = {{pidfd, POLLIN, 0}, {sock, POLLIN, 0}};
+        struct pollfd polled[2] = {{children, POLLIN, 0}, {sock, POLLIN, 0}};
         if (poll(polled, 2, wait_ms) < 0 && errno != EINTR) break;
-        if (polled[0].revents) break;
+        if (polled[0].revents) {
+            struct signalfd_siginfo info;
+            while (read(children, &info, sizeof info) > 0) {}
+        }
         if (polled[1].revents) {
             char *buffer = NULL, *items2[2];
             int more[NFDS], nmore = 0;
@@ -194,21 +222,25 @@ static void run(char **items, int n, int *fds, int nfds) {
             if (killed) break;
         }
     }
-    if (timed_out || killed) kill(pid, SIGKILL);
-    int status = 0;
-    if (pid > 0) waitpid(pid, &status, 0);
-    if (pidfd >= 0) close(pidfd);
+    if (pid > 0 && !command_done) {
+        kill(pid, SIGKILL);
+        if (waitpid(pid, &command_status, 0) == pid) command_done = 1;
+    }
+    int status = command_status;
+    command = -1;
     int leftover = kill_others();
     struct statvfs disk;
-    int full = statvfs("/work", &disk) == 0 && disk.f_bavail == 0;
+    int measured = statvfs("/work", &disk) == 0;
+    int full = measured && disk.f_bavail == 0, files_full = measured && disk.f_ffree == 0;
     char reply[256];
     const char *end = pid < 0 ? "\"exit\":127" : WIFSIGNALED(status) ? "\"signal\":%d" : "\"exit\":%d";
     char code[32];
     snprintf(code, sizeof code, end, WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
     snprintf(reply, sizeof reply,
-             "{%s,\"timed_out\":%s,\"killed\":%s,\"leftover\":%d,\"disk_full\":%s}", code,
-             timed_out ? "true" : "false", killed ? "true" : "false", leftover,
-             full ? "true" : "false");
+             "{%s,\"timed_out\":%s,\"killed\":%s,\"leftover\":%d,\"disk_full\":%s,"
+             "\"files_full\":%s}",
+             code, timed_out ? "true" : "false", killed ? "true" : "false", leftover,
+             full ? "true" : "false", files_full ? "true" : "false");
     send_json(reply);
 }
 
@@ -269,16 +301,67 @@ static int launch(char **argv) {
     return 127;
 }
 
+static int fail(const char *what) {
+    dprintf(2, "sandbox agent: %s: %s\n", what, strerror(errno));
+    return 127;
+}
+
+/* Everything the agent does with privilege, before any command runs: mount the writable layer
+ * at /work in a mount namespace of its own (bubblewrap's tmpfs has no file cap, and its
+ * namespace belongs to a user namespace above this one), drop every capability bubblewrap left
+ * it for that, load the seccomp filter from FILTER_FD, and become non-dumpable. */
+static int setup(int filter_fd, unsigned long long disk_bytes, unsigned long long files) {
+    char options[128];
+    snprintf(options, sizeof options, "mode=0755,size=%llu,nr_inodes=%llu", disk_bytes, files);
+    if (unshare(CLONE_NEWNS)) return fail("cannot make a mount namespace");
+    if (mount("tmpfs", "/work", "tmpfs", MS_NOSUID | MS_NODEV, options))
+        return fail("cannot mount the writable layer at /work");
+    if (mkdir("/work/.tmp", 0755) || chdir("/work")) return fail("cannot make /work/.tmp");
+    for (int cap = 0; prctl(PR_CAPBSET_READ, cap, 0, 0, 0) >= 0; cap++) {
+        if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)) return fail("cannot drop a capability");
+    }
+    struct __user_cap_header_struct header = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3] = {{0, 0, 0}};
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) || syscall(SYS_capset, &header, none))
+        return fail("cannot drop capabilities");
+    static char filter[MAX_FILTER];
+    size_t length = 0;
+    for (ssize_t got; length < sizeof filter; length += got) {
+        got = read(filter_fd, filter + length, sizeof filter - length);
+        if (got < 0 && errno == EINTR) got = 0;
+        else if (got < 0) return fail("cannot read the seccomp filter");
+        else if (got == 0) break;
+    }
+    close(filter_fd);
+    if (length == 0 || length % sizeof(struct sock_filter)) {
+        errno = EINVAL;
+        return fail("bad seccomp filter");
+    }
+    struct sock_fprog program = {length / sizeof(struct sock_filter), (struct sock_filter *)filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) || prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program))
+        return fail("cannot load the seccomp filter");
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)) return fail("cannot become non-dumpable");
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 4 && strcmp(argv[1], "launch") == 0) return launch(argv);
     if (argc == 4 && strcmp(argv[1], "put") == 0) return put(argv[2], argv[3]);
     if (argc == 3 && strcmp(argv[1], "get") == 0) return get(argv[2]);
-    if (argc != 2) {
-        dprintf(2, "usage: agent FD | put PATH MODE | get PATH | launch UID FDS COMMAND...\n");
+    if (argc != 5) {
+        dprintf(2, "usage: agent SOCKET SECCOMP DISK FILES | put PATH MODE | get PATH | "
+                   "launch UID FDS COMMAND...\n");
         return 2;
     }
     sock = atoi(argv[1]);
+    if (setup(atoi(argv[2]), strtoull(argv[3], NULL, 10), strtoull(argv[4], NULL, 10))) return 127;
     signal(SIGPIPE, SIG_IGN);
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    children = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (children < 0) return fail("cannot watch for children");
     send_json("{\"ready\":true}");
     char *buffer = NULL, *items[MAX_ITEMS];
     for (;;) {

@@ -349,6 +349,8 @@ def _result(
         outcome, detail = Outcome.TIMEOUT, f"still running after {timeout} s; killed"
     elif report.get("disk_full") and exit_code != 0:
         outcome, detail = Outcome.DISK_LIMIT, f"the {caps.disk_mib} MiB writable layer is full"
+    elif report.get("files_full") and exit_code != 0:
+        outcome, detail = Outcome.DISK_LIMIT, f"the writable layer's {caps.files}-file cap is hit"
     elif reply is None:
         outcome, detail = Outcome.KILLED, box.dead or io.no_answer
     elif "exit" not in report and "signal" not in report:
@@ -383,7 +385,7 @@ def _checked(reply: dict[str, Any] | None) -> dict[str, Any]:
         value = (reply or {}).get(name)
         if type(value) is int and low <= value <= high:
             out[name] = value
-    for name in ("timed_out", "disk_full"):
+    for name in ("timed_out", "disk_full", "files_full"):
         if type((reply or {}).get(name)) is bool:
             out[name] = (reply or {})[name]
     return out

@@ -2,17 +2,23 @@
 
 Every sandbox gets new user, PID, IPC, UTS, mount, network and cgroup namespaces (`--unshare-all`:
 its network is a loopback of its own and nothing else), no further user namespaces
-(`--disable-userns`), a new session (no terminal to inject into), the seccomp filter, the image's
-read-only binds under a root that is itself remounted read-only, fresh /proc and /dev, and one
-writable tmpfs of the disk cap at /work (/tmp points into it). bubblewrap and everything under it
-die with the process that started them (`--die-with-parent`), so a service killed outright takes
-its sandboxes with it; the reaper removes what that leaves (cgroups, records).
+(`--disable-userns`), a new session (no terminal to inject into), the image's read-only binds
+under a root that is itself remounted read-only, and fresh /proc and /dev. The agent is the PID
+namespace's init (`--as-pid-1`): bubblewrap leaves it CAP_SYS_ADMIN and CAP_SETPCAP in the
+sandbox's user namespace for its first steps, mounting the writable layer at /work (a tmpfs
+capped in bytes and files; /tmp points into it), then it drops them, loads the seccomp filter and
+makes itself non-dumpable before any command runs. bubblewrap and everything under it die with
+the process that started them (`--die-with-parent`), so a service killed outright takes its
+sandboxes with it; the reaper removes what that leaves (cgroups, records).
 
+bubblewrap starts with an environment of one variable, MARKER (its init would otherwise keep the
+service's whole environment, secrets included, where /proc shows it), and gives the agent ENV.
 When the service runs as root, bubblewrap runs as `nobody`: a sandbox is an unprivileged user's
 user namespace, whose uid maps to no one on the host.
 """
 
 import os
+import shutil
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,18 +36,18 @@ _SECCOMP = seccomp.program()
 
 
 def argv(image: Image, limits: Limits, agent_binary: Path, fds: dict[str, int]) -> list[str]:
-    words = ["bwrap", "--unshare-all", "--unshare-user", "--disable-userns"]
-    words += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
-    words += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--clearenv"]
+    words = [shutil.which("bwrap") or "bwrap", "--unshare-all", "--unshare-user"]
+    words += ["--disable-userns", "--as-pid-1", "--die-with-parent", "--new-session"]
+    words += ["--hostname", "sandbox", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    words += ["--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP", "--clearenv"]
     for name, value in ENV.items():
         words += ["--setenv", name, value]
     words += image.args()
     words += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
-    words += ["--size", str(limits.disk_mib << 20), "--tmpfs", "/work"]
-    words += ["--dir", "/work/.tmp", "--symlink", "/work/.tmp", "/tmp"]
-    words += ["--ro-bind", str(agent_binary), agent.PATH, "--remount-ro", "/"]
-    words += ["--seccomp", str(fds["seccomp"]), "--chdir", "/work"]
-    return [*words, agent.PATH, str(fds["socket"])]
+    words += ["--dir", "/work", "--symlink", "/work/.tmp", "/tmp"]
+    words += ["--ro-bind", str(agent_binary), agent.PATH, "--remount-ro", "/", "--chdir", "/"]
+    layer = [str(limits.disk_mib << 20), str(limits.files)]
+    return [*words, agent.PATH, str(fds["socket"]), str(fds["seccomp"]), *layer]
 
 
 def _readable_pipe(data: bytes) -> int:
@@ -80,7 +86,7 @@ def start(
             stdout=subprocess.DEVNULL,
             stderr=stderr,
             cwd="/",
-            env={**os.environ, MARKER: tag},
+            env={MARKER: tag},
         )
     finally:
         for fd in [fds["seccomp"], *joins]:

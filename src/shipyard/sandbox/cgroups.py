@@ -23,7 +23,7 @@ from shipyard.sandbox.limits import Limits
 from shipyard.sandbox.state import alive
 
 CONTROLLERS = ("memory", "pids", "cpu")
-OVERHEAD_PIDS = 3  # bubblewrap outside, bubblewrap as the namespace's init, the agent
+OVERHEAD_PIDS = 2  # bubblewrap outside, the agent (the namespace's init)
 _CPU_PERIOD_US = 100_000
 
 

@@ -22,7 +22,7 @@ class Outcome(StrEnum):
     MEMORY_LIMIT = "memory-limit"  # the memory cap's OOM killer fired during the exec
     PIDS_LIMIT = "pids-limit"  # a fork was refused at the process cap
     TIMEOUT = "timeout"  # the wall-clock timeout passed; the command was killed
-    DISK_LIMIT = "disk-limit"  # the writable layer is full
+    DISK_LIMIT = "disk-limit"  # the writable layer is full (bytes or files)
     KILLED = "killed"  # ended by a signal, or the sandbox was closed or reaped under it
     NONZERO_EXIT = "nonzero-exit"
     OK = "ok"
@@ -31,12 +31,14 @@ class Outcome(StrEnum):
 @dataclass(frozen=True)
 class Limits:
     """Caps for one sandbox. Memory and pids are enforced by cgroups (rlimits where cgroups are
-    unavailable); disk is the size of the writable tmpfs; output is per exec (stdout + stderr)."""
+    unavailable); disk and files are the writable tmpfs's size and inode count (every file,
+    directory and link is one); output is per exec (stdout + stderr)."""
 
     memory_mib: int = 256
     pids: int = 64
     cpus: float = 1.0
     disk_mib: int = 64
+    files: int = 16384
     output_bytes: int = 1 * MIB
     network: bool = False  # True is refused: no sandbox gets a network in this version
 
@@ -44,6 +46,7 @@ class Limits:
         _int_in(self.memory_mib, "memory_mib", 16, 1 << 20)
         _int_in(self.pids, "pids", 1, 1 << 16)
         _int_in(self.disk_mib, "disk_mib", 1, 1 << 20)
+        _int_in(self.files, "files", 16, 1 << 20)
         _int_in(self.output_bytes, "output_bytes", 0, 1 << 30)
         cpus = self.cpus
         if isinstance(cpus, bool) or not isinstance(cpus, int | float) or not math.isfinite(cpus):

@@ -1,13 +1,13 @@
 """The seccomp filter every sandbox runs under, assembled as classic BPF (no libseccomp needed).
 
-bubblewrap loads it (`--seccomp FD`) as the last step before the agent starts, so the agent and
-everything it runs live under it. The filter refuses with EPERM the calls an escape or an attack
-on the host kernel starts from: debugging other processes (ptrace, process_vm_*, pidfd_getfd,
-kcmp), mounting and namespaces (mount family, unshare, setns, clone with namespace flags),
-kernel loading and tracing (kexec, modules, bpf, perf_event_open, io_uring, userfaultfd), the
-kernel keyring, clock and host settings, and file handles that bypass paths. `clone3` gets
-ENOSYS so libc falls back to `clone`, whose flags a classic filter can read. A foreign
-architecture (an x32 or 32-bit call on x86-64) is refused too: its numbers mean other calls.
+The agent loads it from a pipe as the last step of its setup, before it says it is ready, so the
+agent and everything it runs live under it. The filter refuses with EPERM the calls an escape or an
+attack on the host kernel starts from: debugging other processes (ptrace, process_vm_*,
+pidfd_getfd, kcmp), mounting and namespaces (mount family, unshare, setns, clone with namespace
+flags), kernel loading and tracing (kexec, modules, bpf, perf_event_open, io_uring, userfaultfd),
+the kernel keyring, clock and host settings, and file handles that bypass paths. `clone3` gets
+ENOSYS so libc falls back to `clone`, whose flags a classic filter can read. A foreign architecture
+(an x32 or 32-bit call on x86-64) is refused too: its numbers mean other calls.
 """
 
 import errno
@@ -87,7 +87,7 @@ def _refuse(error: int) -> bytes:
 
 
 def program(machine: str | None = None) -> bytes:
-    """The filter for `machine` (default this host's) as bytes for `bwrap --seccomp FD`."""
+    """The filter for `machine` (default this host's) as bytes (`struct sock_filter`s)."""
     machine = machine or platform.machine()
     if machine not in _NUMBERS:
         raise InvalidInput(
