@@ -10,6 +10,8 @@ from shipyard.distribute.client import PullResult, pull
 from shipyard.distribute.config import parse_address
 from shipyard.distribute.swarm_key import SwarmKey
 from shipyard.errors import InvalidInput
+from shipyard.store import Manifest
+from shipyard.trust import gate
 from shipyard.workspace import Workspace
 
 
@@ -48,16 +50,6 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     get.set_defaults(func=_pull)
 
 
-def _resolve(ref: str) -> str:
-    if len(ref) == 64 and all(c in "0123456789abcdef" for c in ref):
-        return ref
-    ws = Workspace.open()
-    try:
-        return ws.resolve(ref)
-    finally:
-        ws.close()
-
-
 def _pull(args: argparse.Namespace) -> int:
     if args.stall_timeout <= 0:
         raise InvalidInput("--stall-timeout must be positive")
@@ -65,20 +57,30 @@ def _pull(args: argparse.Namespace) -> int:
         raise InvalidInput("--wait-daemon must be zero or positive")
     if args.verify and args.dest is None:
         raise InvalidInput("--verify needs --dest: it checks the written files")
-    artifact = _resolve(args.ref)
-    started = time.monotonic()
-    with held_progress(f"pull {artifact[:12]}") as progress:
-        result = pull(
-            parse_address(args.peer, "--peer"),
-            artifact,
-            dest=args.dest,
-            tensors=args.tensors,
-            progress=progress,
-            stall_timeout=args.stall_timeout,
-            key=SwarmKey.load(args.swarm_key_file) if args.swarm_key_file else None,
-            verify=args.verify,
-            wait_daemon=args.wait_daemon,
-        )
+    ws = Workspace.open()  # for aliases, the trust policy's verdict and the audit
+    try:
+        full_id = len(args.ref) == 64 and all(c in "0123456789abcdef" for c in args.ref)
+        artifact = args.ref if full_id else ws.resolve(args.ref)
+
+        def admit(manifest: Manifest, signatures: bytes | None) -> None:
+            gate.admit(ws, gate.Read(artifact, args.ref, "pull"), remote=(manifest, signatures))
+
+        started = time.monotonic()
+        with held_progress(f"pull {artifact[:12]}") as progress:
+            result = pull(
+                parse_address(args.peer, "--peer"),
+                artifact,
+                dest=args.dest,
+                tensors=args.tensors,
+                progress=progress,
+                stall_timeout=args.stall_timeout,
+                key=SwarmKey.load(args.swarm_key_file) if args.swarm_key_file else None,
+                verify=args.verify,
+                wait_daemon=args.wait_daemon,
+                admit=admit,
+            )
+    finally:
+        ws.close()
     seconds = time.monotonic() - started
     stderr().print(report(result, seconds), highlight=False)
     if args.json:

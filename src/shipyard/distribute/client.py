@@ -4,6 +4,7 @@ daemon copies them from its store as the pieces arrive, so no piece crosses a so
 """
 
 import asyncio
+import base64
 import shutil
 import time
 from collections.abc import Awaitable, Callable
@@ -25,8 +26,12 @@ from shipyard.errors import (
 from shipyard.hashing import sha256_hex
 from shipyard.store import Manifest, PieceStore
 from shipyard.store.get import staged
+from shipyard.trust.signatures import MAX_FILE_BYTES
 
 Progress = Callable[[int, int], None]  # (held bytes, wanted bytes)
+# Told the manifest and signature file (None: none) as the daemon sent them, before anything is
+# written; raises to refuse the artifact (see `shipyard.trust.gate`).
+Admit = Callable[[Manifest, bytes | None], None]
 
 POLL = 0.2
 LISTEN_POLL = 0.05  # a refused connection costs next to nothing: look for a starting daemon often
@@ -63,16 +68,18 @@ def pull(
     key: SwarmKey | None = None,
     verify: bool = False,
     wait_daemon: float = 10.0,
+    admit: Admit | None = None,
 ) -> PullResult:
     """Fetch `artifact` through the daemon at `daemon`, waiting up to `wait_daemon` seconds
     for it to listen; raise if it makes no progress for `stall_timeout` seconds. With `dest`,
     the daemon (on this host, running as this user or root) writes the files there; `verify`
     has it hash the written bytes again. With `tensors`, fetch only the pieces that pattern
-    needs. `key`: the swarm's key, when the daemon has one."""
+    needs. `key`: the swarm's key, when the daemon has one. `admit` accepts or refuses the
+    artifact by its manifest and signatures before the daemon is asked to write anything."""
     if dest is not None and dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise InvalidInput(f"destination {dest} exists and is not an empty directory")
     puller = _Puller(daemon, artifact, progress, stall_timeout, key)
-    return asyncio.run(puller.run(dest, tensors, verify, wait_daemon))
+    return asyncio.run(puller.run(dest, tensors, verify, wait_daemon, admit))
 
 
 def daemon_status(daemon: Address, key: SwarmKey | None = None) -> Header:
@@ -102,11 +109,19 @@ class _Puller:
         self._job_boot: object = None  # ... when its materialize job was started
         self._sources = PullSources()
         self._held_before: object = None  # the have-map of the first fetch reply
+        self._signatures: bytes | None = None  # the signature file the first reply carried
 
     async def run(
-        self, dest: Path | None, tensors: str | None, verify: bool, wait_daemon: float
+        self,
+        dest: Path | None,
+        tensors: str | None,
+        verify: bool,
+        wait_daemon: float,
+        admit: Admit | None,
     ) -> PullResult:
         manifest = await self._first_fetch([] if tensors else None, wait_daemon)
+        if admit is not None:
+            admit(manifest, self._signatures)
         wanted = None
         if tensors:
             wanted = select_pieces(manifest, await self._headers(manifest), tensors)
@@ -139,7 +154,7 @@ class _Puller:
         deadline = time.monotonic() + wait_daemon
         while True:
             try:
-                return await self._fetch(pieces)
+                return await self._fetch(pieces, signatures=True)
             except PeerGone:
                 if time.monotonic() >= deadline:
                     raise StorageError(
@@ -149,8 +164,12 @@ class _Puller:
                     ) from None
             await asyncio.sleep(min(LISTEN_POLL, max(0.0, deadline - time.monotonic())))
 
-    async def _fetch(self, pieces: list[str] | None) -> Manifest:
-        reply, body = await self._call({"op": "fetch", "artifact": self.artifact, "pieces": pieces})
+    async def _fetch(self, pieces: list[str] | None, signatures: bool = False) -> Manifest:
+        reply, body = await self._call(
+            {"op": "fetch", "artifact": self.artifact, "pieces": pieces, "signatures": signatures}
+        )
+        if signatures:
+            self._signatures = _signature_file(reply.get("signatures"))
         if pieces is None or self._asked is None:
             self._asked = None
         else:
@@ -271,3 +290,17 @@ def _finished(status: Header) -> bool:
     if "state" in status:
         return bool(status["state"] == "done")
     return bool(status["missing_pieces"] == 0)
+
+
+def _signature_file(value: object) -> bytes | None:
+    """The signature file a fetch reply carries, base64 in its header (null: none)."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > 2 * MAX_FILE_BYTES:
+        raise InvalidInput(
+            f"fetch reply: signatures is not base64 of at most {MAX_FILE_BYTES} bytes"
+        )
+    try:
+        return base64.b64decode(value, validate=True)
+    except ValueError:
+        raise InvalidInput("fetch reply: signatures is not base64") from None

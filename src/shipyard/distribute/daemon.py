@@ -3,6 +3,7 @@ fetches what it is asked for, with no tracker or scheduler anywhere.
 """
 
 import asyncio
+import base64
 import contextlib
 import os
 import secrets
@@ -32,8 +33,10 @@ from shipyard.errors import IntegrityError, InvalidInput, NotFound, ShipyardErro
 from shipyard.store import LocalBackend, Manifest, PieceStore, open_backend
 from shipyard.store.backend import Backend
 from shipyard.store.pieces import manifest_key
+from shipyard.trust.signatures import parse_signatures, read_signatures, signatures_key
 
 MANIFEST_PATIENCE = 15.0  # how long a fetch waits for some peer or the origin to have a manifest
+SIGNATURE_HOLDERS_ASKED = 3  # an unsigned artifact costs a fetch this many requests at most
 
 
 def open_store(uri: str, fsync: bool) -> PieceStore:
@@ -232,6 +235,43 @@ class PeerDaemon:
             raise IntegrityError(f"manifest of {artifact}: origin bytes do not match the id")
         return data
 
+    async def _signatures(self, artifact: str) -> bytes | None:
+        """The artifact's signature file: the store's, else the first a few holders or the
+        origin have that parses and signs only this artifact, kept for the next reader. Whether
+        its signatures verify, and by whom, is each reader's trust policy to say."""
+        backend = self.ctx.store.backend
+        if (stored := await asyncio.to_thread(read_signatures, backend, artifact)) is not None:
+            return stored
+        members = self.ctx.membership
+        holders = [
+            m
+            for m in members.alive()
+            if artifact in members.records[m].haves and m not in self.ctx.blame
+        ]
+        self.ctx.rng.shuffle(holders)
+        for member in holders[:SIGNATURE_HOLDERS_ASKED]:
+            try:
+                _, body = await request(
+                    parse_address(member),
+                    {"op": "signatures", "id": artifact},
+                    self.ctx.config.connect_timeout,
+                    self.ctx.config.idle_timeout,
+                    self.ctx.pool,
+                    self.ctx.key,
+                )
+            except PeerUnavailable:  # an error reply too: that holder has none
+                continue
+            if body and _signs_only(artifact, body):
+                await asyncio.to_thread(backend.put, signatures_key(artifact), body)
+                return body
+        if self.ctx.origin is not None:
+            with contextlib.suppress(ShipyardError, OSError):
+                data = await asyncio.to_thread(self.ctx.origin.get, signatures_key(artifact))
+                if _signs_only(artifact, data):
+                    await asyncio.to_thread(backend.put, signatures_key(artifact), data)
+                    return data
+        return None
+
     # Requests
 
     async def _on_fetch(self, header: Header) -> dict[str, Any]:
@@ -246,7 +286,11 @@ class PeerDaemon:
         self._want(holding, pieces)
         await self._write_wants(holding)  # before the reply: an acknowledged fetch is resumed
         body = holding.manifest.canonical_bytes()
-        return {"ok": True, "boot": self.boot, "body": body} | before
+        reply: dict[str, Any] = {"ok": True, "boot": self.boot, "body": body} | before
+        if header.get("signatures") is True:
+            found = await self._signatures(artifact)
+            reply["signatures"] = None if found is None else base64.b64encode(found).decode()
+        return reply
 
     def _want(self, holding: Holding, pieces: Wanted) -> None:
         """Want `pieces` (None: all) too, and start fetching them."""
@@ -403,6 +447,15 @@ def _matches(artifact: str, data: bytes) -> bool:
     except (IntegrityError, InvalidInput):
         return False
     return True
+
+
+def _signs_only(artifact: str, data: bytes) -> bool:
+    """Whether `data` is a signature file whose every signature names `artifact`."""
+    try:
+        signatures = parse_signatures(data, f"signatures of {artifact}")
+    except InvalidInput:
+        return False
+    return all(signature.artifact == artifact for signature in signatures)
 
 
 def _artifact_id(value: object) -> str:

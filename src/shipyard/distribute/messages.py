@@ -88,8 +88,14 @@ def _manifest(header: Header) -> None:
     _hash(header.get("id"), "manifest: id")
 
 
+def _signatures(header: Header) -> None:
+    _hash(header.get("id"), "signatures: id")
+
+
 def _fetch(header: Header) -> None:
     _artifact_and_pieces(header, "fetch")
+    if not isinstance(header.get("signatures", False), bool):
+        raise InvalidInput("fetch: signatures is not true or false")
 
 
 def _artifact_and_pieces(header: Header, op: str) -> None:
@@ -125,6 +131,7 @@ _OPS: dict[str, Callable[[Header], None]] = {
     "have": _have,
     "piece": _piece,
     "manifest": _manifest,
+    "signatures": _signatures,
     "fetch": _fetch,
     "status": _status,
     "materialize": _materialize,

@@ -1,7 +1,7 @@
-"""The daemon's listener: answers gossip, have-map, manifest, piece, fetch and status requests,
-and `GET /metrics`. Pieces go out with zero-copy `sendfile` from the local store when it is a
-directory, from a transfer thread (see `transfer`), or from the event loop when an upload rate
-limit shared by all connections paces them.
+"""The daemon's listener: answers gossip, have-map, manifest, signatures, piece, fetch and status
+requests, and `GET /metrics`. Pieces go out with zero-copy `sendfile` from the local store when it
+is a directory, from a transfer thread (see `transfer`), or from the event loop when an upload
+rate limit shared by all connections paces them.
 
 Nothing a connection sends escapes its handler: a refused frame is answered with why and the
 connection closed; anything else unexpected is logged in one line, the connection closed, and the
@@ -29,6 +29,7 @@ from shipyard.distribute.wire import HTTP_PREFIX, Header, PeerBusy, decode, enco
 from shipyard.errors import InvalidInput, NotFound, ShipyardError
 from shipyard.store import LocalBackend
 from shipyard.store.pieces import manifest_key, piece_key
+from shipyard.trust.signatures import signatures_key
 
 # Bytes a capped uplink (`upload_limit_bps`) sends of one reply before the next reply's turn:
 # small, so replies share it as a link shares its flows. Whole pieces in turn made the last of
@@ -181,10 +182,9 @@ class Server:
                     await self._piece(header, writer)
                 finally:
                     self.uploads[relay] -= 1
-            elif op == "manifest":
-                data = await asyncio.to_thread(
-                    self.ctx.store.backend.get, manifest_key(header["id"])
-                )
+            elif op in ("manifest", "signatures"):
+                key_of = manifest_key if op == "manifest" else signatures_key
+                data = await asyncio.to_thread(self.ctx.store.backend.get, key_of(header["id"]))
                 writer.write(encode({"size": len(data)}, key) + data)
             else:
                 if op in self.local:
