@@ -15,9 +15,7 @@ def make_key(directory: Path, name: str, algorithm: Algorithm = "ed25519") -> tu
     return private, write_key_pair(generate(algorithm), private)
 
 
-def write_policy(
-    path: Path, signers: list[dict[str, object]], signatures: str = "require"
-) -> Path:
+def write_policy(path: Path, signers: list[dict[str, object]], signatures: str = "require") -> Path:
     """A policy file; each signer's `public_key` is written as given (a path)."""
     lines = [f'signatures = "{signatures}"']
     for signer in signers:

@@ -7,10 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.trust.conftest import write_policy
 
 from shipyard.store import open_backend
 from shipyard.trust.signatures import read_signatures, signatures_key
-from tests.trust.conftest import write_policy
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 Keys = Callable[..., tuple[Path, Path]]

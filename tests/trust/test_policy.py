@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from tests.trust.conftest import make_key, write_policy
 
 from shipyard.errors import InvalidInput
 from shipyard.trust.policy import load_policy
-from tests.trust.conftest import make_key, write_policy
 
 
 def test_a_policy_lists_signers_by_fingerprint(tmp_path: Path) -> None:
@@ -35,7 +35,7 @@ def test_a_named_policy_that_is_missing_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SHIPYARD_TRUST_POLICY", str(tmp_path / "nope.toml"))
-    with pytest.raises(InvalidInput, match="nope.toml: cannot open"):
+    with pytest.raises(InvalidInput, match=r"nope\.toml: cannot open"):
         load_policy()
 
 
@@ -46,7 +46,7 @@ def test_a_policy_others_can_change_is_refused(tmp_path: Path) -> None:
         load_policy(path)
     path.chmod(0o644)
     os.symlink(path, tmp_path / "link.toml")
-    with pytest.raises(InvalidInput, match="link.toml: cannot open"):
+    with pytest.raises(InvalidInput, match=r"link\.toml: cannot open"):
         load_policy(tmp_path / "link.toml")
 
 
