@@ -179,14 +179,42 @@ def test_mirrored_traffic_is_answered_by_the_shadow_and_recorded(
     assert "p1" not in replies[0].text + replies[1].text
 
     def records() -> list[Any]:
-        reply = httpx.get(f"{url}/admin/deployments/mirrored/mirrored").json()
+        auth = {"authorization": f"Bearer {router[1]}"}
+        reply = httpx.get(f"{url}/admin/deployments/mirrored/mirrored", headers=auth).json()
         return list(reply["mirrored"])
 
     wait_for(lambda: len(records()) == 2, "two mirrored records")
+    # Prompts and both answers: not for anyone who can reach the port without the token.
+    for headers in ({}, {"authorization": "Bearer wrong"}):
+        refused = httpx.get(f"{url}/admin/deployments/mirrored/mirrored", headers=headers)
+        assert refused.status_code == 401 and "mirrored" not in refused.text
+        assert system(1)[:30] not in refused.text
     for record in records():
         assert record["shadow"]["version"] == "v2" and record["shadow"]["status"] == 200
         assert record["shadow"]["text"].startswith("p1")
         assert record["primary"]["version"] == "v1" and record["primary"]["text"].startswith("p0")
+
+
+def test_a_pages_cross_origin_post_is_refused_not_laundered(
+    router: tuple[Proc, str], pool: list[Proc]
+) -> None:
+    a = pool[2]
+    assert put(router, "laundry", versions(("v1", 1.0, [a]))).status_code == 200
+    url = router[0].url
+    started = httpx.get(f"{a.url}/stats").json()["started"]
+    body = json.dumps({"model": "laundry", "prompt": "hi", "max_tokens": 2})
+    # What `fetch(router, {method: "POST", mode: "no-cors", body})` from a web page sends.
+    page = {"content-type": "text/plain;charset=UTF-8", "origin": "http://evil.example"}
+    for path in ("/v1/completions", "/v1/chat/completions"):
+        reply = httpx.post(f"{url}{path}", content=body, headers=page)
+        assert reply.status_code == 403 and "cross-origin" in reply.json()["error"]["message"]
+    plain = httpx.post(
+        f"{url}/v1/completions", content=body, headers={"content-type": "text/plain"}
+    )
+    assert plain.status_code == 415
+    assert httpx.get(f"{a.url}/stats").json()["started"] == started  # nothing forwarded
+    same = {"content-type": "application/json", "origin": url}
+    assert httpx.post(f"{url}/v1/completions", content=body, headers=same).status_code == 200
 
 
 def test_health_checks_take_a_dead_replica_out_and_bring_it_back(

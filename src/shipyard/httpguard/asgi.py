@@ -37,15 +37,19 @@ async def _bounded_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def guard_middleware(guard: Guard) -> Callable[[Request, Next], Awaitable[Response]]:
-    """Register with `app.middleware("http")(...)` last, so that it runs first."""
+def guard_middleware(
+    guard: Guard, private_reads: Callable[[str], bool] | None = None
+) -> Callable[[Request, Next], Awaitable[Response]]:
+    """Register with `app.middleware("http")(...)` last, so that it runs first. A GET whose
+    path `private_reads` accepts (one returning users' prompts or output) needs the token."""
 
     async def check(request: Request, call_next: Next) -> Response:
         method = request.method
         headers = request.headers
         reason = ""
         try:
-            guard.check(method, headers)
+            private = private_reads is not None and private_reads(request.url.path)
+            guard.check(method, headers, private_read=private)
             if method in MUTATIONS:
                 raw = b""
                 declared = headers.get("content-length", "")

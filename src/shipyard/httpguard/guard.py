@@ -162,25 +162,37 @@ class Guard:
             return False
         return True
 
-    def check(self, method: str, headers: Headers) -> None:
-        """Refuse a request whose headers break a rule; the body is not read yet."""
+    def check(self, method: str, headers: Headers, *, private_read: bool = False) -> None:
+        """Refuse a request whose headers break a rule; the body is not read yet. A read with
+        `private_read` (one that returns users' data) needs the token as a change does."""
+        seen = self._same_site(method, headers)
+        if method in MUTATIONS or private_read:
+            scheme, _, presented = seen.get("authorization", "").partition(" ")
+            if scheme.lower() != "bearer" or not hmac.compare_digest(
+                presented.strip().encode("utf-8", "replace"), self.token.encode()
+            ):
+                raise Refused(401, f"a bearer token is required (see {self.service}.token)")
+        if method in MUTATIONS:
+            _json_only(seen)
+
+    def check_inference(self, method: str, headers: Headers) -> None:
+        """The rules of an inference endpoint (replica, router, activator alike): no service
+        token, but `Host` always and, for a POST, same origin and JSON, so a page's `no-cors`
+        `text/plain` POST is refused (403/415) before its body is read or counted."""
+        seen = self._same_site(method, headers)
+        if method in MUTATIONS:
+            _json_only(seen)
+
+    def _same_site(self, method: str, headers: Headers) -> dict[str, str]:
+        """The header map, once `Host` names this server and a change's `Origin` matches it."""
         seen = _header_map(headers)
         host = seen.get("host", "")
         if not self.allows_host(host):
             raise Refused(421, f"Host {host[:100]!r} is not this server")
-        if method not in MUTATIONS:
-            return
         origin = seen.get("origin")
-        if origin is not None and origin != f"http://{host}":
+        if method in MUTATIONS and origin is not None and origin != f"http://{host}":
             raise Refused(403, f"cross-origin request from {origin[:100]!r} refused")
-        scheme, _, presented = seen.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(
-            presented.strip().encode("utf-8", "replace"), self.token.encode()
-        ):
-            raise Refused(401, f"a bearer token is required (see {self.service}.token)")
-        media = seen.get("content-type", "").partition(";")[0].strip().lower()
-        if media != "application/json":
-            raise Refused(415, f"Content-Type must be application/json, not {media[:60]!r}")
+        return seen
 
     def read_json(self, headers: Headers, read: Callable[[int], bytes]) -> dict[str, Any]:
         """The request body as one JSON object (`{}` when empty), read with `read(n)`."""
@@ -242,6 +254,12 @@ class Guard:
                     file.write(line + "\n")
         except OSError as exc:  # a full disk must not take the service down; say it loudly
             audit_log.error("audit log %s not written (%s): %s", self.audit_path, exc, line)
+
+
+def _json_only(seen: dict[str, str]) -> None:
+    media = seen.get("content-type", "").partition(";")[0].strip().lower()
+    if media != "application/json":
+        raise Refused(415, f"Content-Type must be application/json, not {media[:60]!r}")
 
 
 def _redact_query(query: str) -> str:

@@ -181,12 +181,7 @@ async def _answer(served: Served, guard: Guard, kind: str, request: Request) -> 
 async def _read_body(guard: Guard, request: Request) -> Any:
     """Same origin, JSON, and a body within the guard's limit, read only once that holds."""
     headers = request.headers
-    origin = headers.get("origin")
-    if origin is not None and origin != f"http://{headers.get('host', '')}":
-        raise Refused(403, f"cross-origin request from {origin[:100]!r} refused")
-    media = headers.get("content-type", "").partition(";")[0].strip().lower()
-    if media != "application/json":
-        raise Refused(415, f"Content-Type must be application/json, not {media[:60]!r}")
+    guard.check_inference("POST", headers)
     declared = headers.get("content-length", "")
     # The server holds a body to its Content-Length, so reading one the guard takes is bounded;
     # a chunked, unsized or too long body is refused from its headers alone.

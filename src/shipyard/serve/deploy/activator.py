@@ -3,7 +3,9 @@
 The router needs at least one replica per version, so a version scaled to zero is registered with
 this endpoint instead. It answers every inference request with 503 and `Retry-After` (the last
 measured replica start, rounded up) and counts it: that count is the demand signal that wakes the
-deployment (the controller reads `take_waiting()` every tick). GET /metrics serves the
+deployment (the controller reads `take_waiting()` every tick). Only a request the replica itself
+would take counts: a cross-origin or non-JSON POST is refused (403/415, `Guard.check_inference`)
+and wakes nothing. GET /metrics serves the
 controller's Prometheus registry, GET /health says the version is scaled to zero. Every request's
 `Host` must name this server (`shipyard.httpguard`, 421 otherwise); nothing here changes state.
 """
@@ -17,7 +19,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from shipyard.httpguard import Guard
+from shipyard.httpguard import Guard, Refused
 from shipyard.httpguard.asgi import start_server
 from shipyard.serve.edge import HostCheck
 
@@ -60,6 +62,10 @@ class Activator:
 
         @app.post("/{path:path}")  # an inference request of any kind: no token needed
         async def wake(path: str, request: Request) -> Response:
+            try:  # a page's cross-origin text/plain POST is no demand: it must not wake anything
+                guard.check_inference("POST", request.headers)
+            except Refused as exc:
+                return _error(exc.status, exc.reason)
             length = request.headers.get("content-length", "")
             if length.isdigit() and int(length) <= 1 << 20:
                 await request.body()  # read, so the connection can take the retry

@@ -1,8 +1,11 @@
 """The router's HTTP face: the OpenAI-compatible endpoint, /metrics, and the guarded admin API.
 
 Every request's Host is checked (a DNS-rebinding page gets 421). Inference calls need no router
-token (they are the service); the admin API under /admin follows `shipyard.httpguard`: token,
-JSON and same origin for changes, each change audited.
+token (they are the service) but follow the replica's rules (`Guard.check_inference`: same origin
+and JSON, 403/415, checked before the body is read), so the router cannot launder a page's
+cross-origin POST into a JSON one. The admin API under /admin follows `shipyard.httpguard`:
+token, JSON and same origin for changes, each change audited; the mirrored log (users' prompts
+and answers) needs the token to be read.
 """
 
 import asyncio
@@ -18,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from shipyard.errors import Conflict, InvalidInput, NotFound, ShipyardError
-from shipyard.httpguard import Guard
+from shipyard.httpguard import Guard, Refused
 from shipyard.httpguard.asgi import guard_middleware, json_errors
 from shipyard.serve.router.health import DEFAULT_INTERVAL_S, check_all, run_checks
 from shipyard.serve.router.metrics import RouterMetrics
@@ -84,6 +87,14 @@ def openai_error(exc: ShipyardError) -> JSONResponse:
     return reply
 
 
+def _refused(exc: Refused) -> JSONResponse:
+    error = {"message": exc.reason, "type": "invalid_request_error", "code": exc.status}
+    reply = JSONResponse({"error": error}, exc.status)
+    if exc.status == 401:
+        reply.headers["WWW-Authenticate"] = "Bearer"
+    return reply
+
+
 def create_app(config: RouterConfig, guard: Guard) -> ASGIApp:
     """The router as an ASGI app: Host checked on every request, streams passed through."""
     table = Table(make_policy(config.policy, config.epsilon))
@@ -107,11 +118,14 @@ def create_app(config: RouterConfig, guard: Guard) -> ASGIApp:
 
     async def infer(kind: Kind, path: str, request: Request) -> Response:
         try:
+            guard.check_inference(request.method, request.headers)
             raw = await _body(request)
             parsed = parse_request(kind, raw, request.headers, config.prefix_chars)
             rid = request_id(request.headers)
             forwarder: Forwarder = holder["forwarder"]
             return await forwarder.handle(path, parsed, rid, request.headers)
+        except Refused as exc:  # the replica's own rule, applied before anything is forwarded
+            return _refused(exc)
         except ShipyardError as exc:
             return openai_error(exc)
 
@@ -162,7 +176,8 @@ async def _body(request: Request) -> bytes:
 def _admin(table: Table, guard: Guard, holder: dict[str, Any]) -> FastAPI:
     admin = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
     json_errors(admin, SERVICE)
-    admin.middleware("http")(guard_middleware(guard))
+    # The mirrored log holds users' prompts and both answers: reading it needs the token too.
+    admin.middleware("http")(guard_middleware(guard, lambda path: path.endswith("/mirrored")))
 
     @admin.get("/deployments")
     def list_deployments() -> dict[str, Any]:

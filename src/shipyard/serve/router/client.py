@@ -25,7 +25,8 @@ class RouterClient:
         return call(f"{self.url}/admin/deployments/{name}")
 
     def mirrored(self, name: str, limit: int = 100) -> Any:
-        return call(f"{self.url}/admin/deployments/{name}/mirrored?limit={limit}")
+        url = f"{self.url}/admin/deployments/{name}/mirrored?limit={limit}"
+        return call(url, "GET", None, self._token)
 
     def delete(self, name: str) -> Any:
         return call(f"{self.url}/admin/deployments/{name}", "DELETE", None, self._token)
