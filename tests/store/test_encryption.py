@@ -7,6 +7,7 @@ import json
 import os
 import stat
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -427,3 +428,17 @@ def test_the_fuzzed_manifest_opens_unchanged() -> None:
     """The fuzz's starting point is sound: it parses and opens."""
     assert Manifest.from_bytes(_SEALED.canonical_bytes()) == _SEALED
     ring(_FUZZ_KEY).opener(_SEALED)
+
+
+def test_the_benchmark_round_trips_both_ways() -> None:
+    """A small run of benchmarks/store_encryption.py: its figures are there and every file came
+    back whole, whatever the speed."""
+    script = Path(__file__).parents[2] / "benchmarks" / "store_encryption.py"
+    args = ["--size-mib", "4", "--piece-size-mib", "1", "--repeat", "2", "--no-fsync"]
+    done = subprocess.run(
+        [sys.executable, str(script), *args], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout.splitlines()[-1])
+    assert figures["identical"] is True
+    assert figures["ratio"] > 0 and figures["get_ratio"] > 0
