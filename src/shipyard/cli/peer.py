@@ -68,7 +68,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         type=int,
         default=DaemonConfig.max_connections,
         metavar="N",
-        help="connections open at once; idle ones make room for new (default: %(default)s)",
+        help="connections open at once; waiting ones make room for new (default: %(default)s)",
+    )
+    serve.add_argument(
+        "--max-connections-per-source",
+        type=int,
+        default=DaemonConfig.max_connections_per_source,
+        metavar="N",
+        help="connections one address (IPv6: one /64) may hold (default: %(default)s)",
     )
     serve.add_argument("--swarm-key-file", metavar="FILE", help=SWARM_KEY_HELP)
     serve.add_argument(
@@ -129,6 +136,7 @@ def _serve(args: argparse.Namespace) -> int:
         congestion_control=None if args.congestion_control == "kernel" else args.congestion_control,
         trace=args.trace,
         max_connections=args.max_connections,
+        max_connections_per_source=args.max_connections_per_source,
         swarm_key_file=args.swarm_key_file,
         members_uri=args.members_uri,
         min_transfer_rate=args.min_transfer_rate_kib * 1024,

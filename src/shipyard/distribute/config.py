@@ -70,6 +70,9 @@ class DaemonConfig:
     # Connections open at once, from peers and clients together (see `limits`): each peer keeps
     # a few to each other it talks to, and idle ones make room for new ones beyond this.
     max_connections: int = 256
+    # ... of which one source (an IPv4 address, an IPv6 /64) may hold: a host that floods the
+    # table makes room out of its own connections (see `limits`).
+    max_connections_per_source: int = 64
     swarm_key_file: str | None = None  # a shared secret that refuses strangers (`swarm_key`)
     # Bytes per second a piece reply must average once it has had `piece_call.RATE_GRACE`
     # seconds: a sender trickling bytes is cut off and blamed (see `blame`). Far below any
@@ -110,6 +113,7 @@ class DaemonConfig:
             "origin_replicas": self.origin_replicas,
             "mesh_degree": self.mesh_degree,
             "max_connections": self.max_connections,
+            "max_connections_per_source": self.max_connections_per_source,
         }
         for name, count in counts.items():
             if count < 1:

@@ -1,20 +1,27 @@
 """What one daemon's listener lets a peer, or anyone who can reach its port, cost it.
 
-- Connections: at most `DaemonConfig.max_connections` open. One beyond takes the place of the
-  connection idle longest (waiting for its next request), so silent connections cost real peers
-  a reconnect at most; with none idle, the newcomer is refused at once.
+- Connections: at most `DaemonConfig.max_connections` open, and at most
+  `max_connections_per_source` from one source (an IPv4 address, or an IPv6 /64: see
+  `source_key`). A newcomer past either takes the place of the connection that has waited
+  longest for its request's header to arrive whole (idle, or sending it slowly), its own
+  source's when the source has its share; one whose header is in and is being served is never
+  closed. So connections that trickle headers, from however many addresses, cost real peers a
+  reconnect at most; with every connection in the way being served, the newcomer is refused.
 - Header bytes: each frame's header at most `wire.MAX_HEADER`, and all the headers being read at
   once at most `HEADER_BUDGET`, so half-sent headers cannot add up to more memory than that.
-  A header must arrive whole within the idle timeout (slow senders are dropped), a connection
-  stays open `KEEPALIVE` seconds between requests.
+  From its first byte, a request's head (length and header, or an HTTP head) must arrive whole
+  within the idle timeout: one deadline for all of it, so a byte at a time buys nothing. A
+  connection stays open `KEEPALIVE` seconds between requests.
 - Refusals are counted by reason in `shipyard_peer_requests_refused_total` and logged, one line
   per reason at most every `LOG_EVERY` seconds, so a flood cannot flood the log too.
 """
 
 import asyncio
+import ipaddress
 import math
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -29,34 +36,67 @@ LOG_EVERY = 10.0
 
 
 class Admission:
-    """The open connections' handler tasks, and which of them wait idle for a request."""
+    """The open connections' handler tasks by source, and which of them wait for a request."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, per_source: int, evicted: Callable[[str], None]) -> None:
+        """`evicted(source)` is told of each connection closed to make room."""
         self.cap = cap
-        self.open: set[asyncio.Task[None]] = set()
-        self._idle: dict[asyncio.Task[None], None] = {}  # in the order they fell idle
+        self.per_source = per_source
+        self.evicted = evicted
+        self.open: dict[asyncio.Task[None], str] = {}  # each task's source
+        self._sources: Counter[str] = Counter()
+        # Tasks whose next request has not arrived whole, in the order they began waiting for it
+        self._waiting: dict[asyncio.Task[None], None] = {}
 
-    def admit(self, task: "asyncio.Task[None]") -> bool:
-        """Count `task` in, closing the longest-idle connection to make room if need be; False
-        when all are busy."""
-        if len(self.open) >= self.cap:
-            if not self._idle:
-                return False
-            oldest = next(iter(self._idle))
-            self.leave(oldest)
-            oldest.cancel()  # its handler ends quietly and closes the connection
-        self.open.add(task)
-        return True
+    def admit(self, task: "asyncio.Task[None]", source: str) -> tuple[str, str] | None:
+        """Count `task` in for `source`, closing the connection that has waited longest for
+        its request to make room if need be; or say why not, as (reason, message), when every
+        connection in the way is being served."""
+        if self._sources[source] >= self.per_source and not self._evict(source):
+            return "source", f"{source} has all {self.per_source} of its connections in use"
+        if len(self.open) >= self.cap and not self._evict(None):
+            return "connections", f"all {self.cap} connections are in use"
+        self.open[task] = source
+        self._sources[source] += 1
+        return None
 
-    def idle(self, task: "asyncio.Task[None]", waiting: bool) -> None:
+    def _evict(self, source: str | None) -> bool:
+        """Close the longest waiting connection (of `source`, when given); False if none."""
+        for task in self._waiting:
+            if source is None or self.open[task] == source:
+                self.evicted(self.open[task])
+                self.leave(task)
+                task.cancel()  # its handler ends quietly and closes the connection
+                return True
+        return False
+
+    def waiting(self, task: "asyncio.Task[None]", waiting: bool) -> None:
+        """Mark `task` as waiting for its next request's head, or as having it whole."""
         if waiting:
-            self._idle[task] = None
+            self._waiting[task] = None
         else:
-            self._idle.pop(task, None)
+            self._waiting.pop(task, None)
 
     def leave(self, task: "asyncio.Task[None]") -> None:
-        self.open.discard(task)
-        self._idle.pop(task, None)
+        source = self.open.pop(task, None)
+        if source is not None:
+            self._sources[source] -= 1
+            if not self._sources[source]:
+                del self._sources[source]
+        self._waiting.pop(task, None)
+
+
+def source_key(peername: object) -> str:
+    """What a connection's share is counted under: the peer's IPv4 address, or the /64 of an
+    IPv6 one, since a single host is routinely given a whole /64 to draw addresses from."""
+    if not isinstance(peername, tuple) or not peername or not isinstance(peername[0], str):
+        return "unknown"
+    address = ipaddress.ip_address(peername[0].split("%", 1)[0])  # no zone in a key
+    if isinstance(address, ipaddress.IPv6Address):
+        if address.ipv4_mapped is not None:
+            return str(address.ipv4_mapped)
+        return str(ipaddress.IPv6Network((int(address) >> 64 << 64, 64)))
+    return str(address)
 
 
 class HeaderBudget:

@@ -19,7 +19,14 @@ from typing import Any
 
 from shipyard.distribute.catch_up import downstream_upload_slots
 from shipyard.distribute.context import Context
-from shipyard.distribute.limits import KEEPALIVE, Admission, HeaderBudget, Refusals, reason
+from shipyard.distribute.limits import (
+    KEEPALIVE,
+    Admission,
+    HeaderBudget,
+    Refusals,
+    reason,
+    source_key,
+)
 from shipyard.distribute.local_peer import requester_uid
 from shipyard.distribute.membership import encode_bits
 from shipyard.distribute.messages import check_request
@@ -91,9 +98,11 @@ class Server:
         self.throttle = Throttle(limit) if limit else None
         self.uploads = {True: 0, False: 0}  # open, by whether for a downstream peer
         self.key = ctx.key
-        self.admission = Admission(ctx.config.max_connections)
-        self.budget = HeaderBudget()
         self.refusals = Refusals(ctx.config.me, ctx.metrics)
+        self.admission = Admission(
+            ctx.config.max_connections, ctx.config.max_connections_per_source, self._evicted
+        )
+        self.budget = HeaderBudget()
 
     async def close(self) -> None:
         """Cancel the handlers of open (kept-alive) connections."""
@@ -105,21 +114,30 @@ class Server:
         task = asyncio.current_task()
         assert task is not None
         source = _source(writer)
-        if not self.admission.admit(task):
-            busy = PeerBusy(f"all {self.admission.cap} connections are in use")
-            self._refuse(writer, busy, source, "connections")
+        refused = self.admission.admit(task, source_key(writer.get_extra_info("peername")))
+        if refused is not None:
+            why, message = refused
+            self._refuse(writer, PeerBusy(message), source, why)
             writer.close()
             return
         try:
             while True:  # requests in turn until the peer hangs up or idles out
-                self.admission.idle(task, True)  # may be closed for a newcomer meanwhile
+                self.admission.waiting(task, True)  # may be closed for a newcomer meanwhile
                 async with asyncio.timeout(KEEPALIVE):
-                    first = await reader.readexactly(4)
-                self.admission.idle(task, False)
+                    first = await reader.readexactly(1)
+                # One deadline for the whole head from its first byte: a byte at a time
+                # cannot keep a connection, nor its place in the table.
+                deadline = asyncio.get_running_loop().time() + self.ctx.config.idle_timeout
+                async with asyncio.timeout_at(deadline):
+                    first += await reader.readexactly(3)
+                    if first == HTTP_PREFIX:
+                        head = await _http_head(reader)
                 if first == HTTP_PREFIX:
-                    await self._metrics(reader, writer, source)
+                    self.admission.waiting(task, False)
+                    await self._metrics(head, writer, source)
                     return
-                header = await self._read_request(reader, first)
+                header = await self._read_request(reader, first, deadline)
+                self.admission.waiting(task, False)
                 await self._dispatch(header, writer, source)
                 async with asyncio.timeout(self.ctx.config.idle_timeout):
                     await writer.drain()
@@ -138,12 +156,19 @@ class Server:
             self.admission.leave(task)
             writer.close()
 
-    async def _read_request(self, reader: asyncio.StreamReader, first: bytes) -> Header:
-        """The next request's header, read whole within the idle timeout and within the budget
-        for headers in flight, and (in a swarm with a key) only once it is signed."""
+    def _evicted(self, source: str) -> None:
+        self.refusals.note(
+            "evicted", source, "closed a connection still waiting for its request, to make room"
+        )
+
+    async def _read_request(
+        self, reader: asyncio.StreamReader, first: bytes, deadline: float
+    ) -> Header:
+        """The next request's header, read whole by `deadline` (the loop's clock) and within
+        the budget for headers in flight, and (in a swarm with a key) only once it is signed."""
         length = frame_length(first)
         with self.budget.reserve(length):
-            async with asyncio.timeout(self.ctx.config.idle_timeout):
+            async with asyncio.timeout_at(deadline):
                 data = await reader.readexactly(length)
         return decode(data, self.key)
 
@@ -270,15 +295,10 @@ class Server:
             writer.write(chunk)
             await writer.drain()
 
-    async def _metrics(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, source: str
-    ) -> None:
-        """Answer `GET /metrics` whose head (within the stream's 64 KiB limit) arrives whole
-        within the idle timeout; refuse anything else with its HTTP status."""
-        try:
-            async with asyncio.timeout(self.ctx.config.idle_timeout):
-                head = HTTP_PREFIX + await reader.readuntil(b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
+    async def _metrics(self, head: bytes | None, writer: asyncio.StreamWriter, source: str) -> None:
+        """Answer `GET /metrics`; refuse a head over 64 KiB (None) or anything else with its
+        HTTP status."""
+        if head is None:
             self.refusals.note("http", source, "HTTP request head over 64 KiB")
             writer.write(_http("431 Request Header Fields Too Large", b"request head too large\n"))
             return
@@ -290,6 +310,15 @@ class Server:
         writer.write(_http("200 OK", self.ctx.metrics.render(), "text/plain; version=0.0.4"))
         async with asyncio.timeout(self.ctx.config.idle_timeout):
             await writer.drain()
+
+
+async def _http_head(reader: asyncio.StreamReader) -> bytes | None:
+    """An HTTP request's head after its `GET `, or None when it runs past the stream's limit
+    (64 KiB) without ending."""
+    try:
+        return HTTP_PREFIX + await reader.readuntil(b"\r\n\r\n")
+    except asyncio.LimitOverrunError:
+        return None
 
 
 def _http(status: str, body: bytes, content_type: str = "text/plain") -> bytes:
