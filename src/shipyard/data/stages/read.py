@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from shipyard.data.batch import Batch, Quarantine
 from shipyard.data.config import ReadConfig
-from shipyard.data.warcframe import Damage, Record, Truncated, records
+from shipyard.data.warcframe import Damage, Oversized, Record, Truncated, records
 
 COLUMNS = ("doc_id", "source", "ordinal", "url", "domain", "crawl", "date", "html")
 UNREADABLE = "unreadable"
@@ -34,7 +34,7 @@ def read_warc(path: Path, config: ReadConfig, quarantine: Quarantine) -> Batch:
     seen_urls: set[str] = set()
     ordinal = 0
     try:
-        events = list(records(path))
+        events = list(records(path, config.max_record_bytes))
     except OSError as exc:
         quarantine.seen += 1
         quarantine.add(f"{path.name}@0", "read", f"{UNREADABLE}: cannot read file: {exc}")
@@ -49,6 +49,11 @@ def read_warc(path: Path, config: ReadConfig, quarantine: Quarantine) -> Batch:
             )
             continue
         kind = event.headers.get("warc-type", "").lower()
+        if not kind:  # a record of no known kind: damage, whatever the file's framing
+            quarantine.seen += 1
+            reason = f"{UNREADABLE} at byte {event.offset}: WARC header without WARC-Type"
+            quarantine.add(f"{path.name}@{event.offset}", "read", reason)
+            continue
         if kind == "warcinfo" and isinstance(event, Record):
             crawl = _crawl_name(event.block) or crawl
             continue
@@ -61,8 +66,8 @@ def read_warc(path: Path, config: ReadConfig, quarantine: Quarantine) -> Batch:
             reason = f"truncated: {event.got} of {event.declared} bytes at byte {event.offset}"
             quarantine.add(doc_id, "read", reason)
             continue
-        if len(event.block) > config.max_record_bytes:
-            reason = f"oversized: {len(event.block)} bytes > {config.max_record_bytes}"
+        if isinstance(event, Oversized):
+            reason = f"oversized: {event.declared} bytes > {config.max_record_bytes}"
             quarantine.add(doc_id, "read", reason)
             continue
         url = event.headers.get("warc-target-uri", "").strip("<>")
