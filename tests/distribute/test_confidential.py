@@ -8,7 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from safetensors.numpy import save_file
 
 from shipyard.distribute import pull
 from shipyard.errors import InvalidInput
@@ -31,6 +33,7 @@ def test_peers_without_the_key_hold_and_relay_only_ciphertext(
     (source / "sub").mkdir(parents=True)
     (source / "weights.bin").write_bytes(MARKER * (3 * PIECE // len(MARKER) + 7))
     (source / "sub" / "notes.txt").write_bytes(b"the plaintext: " + MARKER)
+    save_file({"w": np.zeros(1000, np.float32)}, str(source / "model.safetensors"))
     key = os.urandom(32)
     origin = tmp_path / "origin"
     manifest = put_tree(
@@ -57,6 +60,8 @@ def test_peers_without_the_key_hold_and_relay_only_ciphertext(
     with pytest.raises(InvalidInput, match="confidential"):
         pull(second.port, manifest.id, tmp_path / "ciphertext", stall_timeout=30)
     assert not (tmp_path / "ciphertext").exists()
+    with pytest.raises(InvalidInput, match="safetensors header"):  # its header is ciphertext
+        pull(second.port, manifest.id, tensors="w", stall_timeout=30)
 
     # A host with the key materializes it from the peer's store: in process, and by the CLI.
     materialize(

@@ -27,7 +27,15 @@ from shipyard.hashing import canonical_json, sha256_hex
 from shipyard.store import LocalBackend, Manifest, PieceStore, materialize, put_tree, verify
 from shipyard.store.manifest import FileEntry, PieceRef
 from shipyard.store.pieces import piece_key
-from shipyard.store.sealed import KEY_ENV, KEY_FILE_ENV, Keyring, Sealer, key_id, load_keyring
+from shipyard.store.sealed import (
+    KEY_ENV,
+    KEY_FILE_ENV,
+    MAX_KEY_FILE,
+    Keyring,
+    Sealer,
+    key_id,
+    load_keyring,
+)
 
 PIECE = 64 << 10
 MARKER = b"PLAINTEXT-MARKER-7d1f"
@@ -271,6 +279,13 @@ def test_bad_key_files_are_refused_by_line_without_echoing(
         load_keyring(path, environ={})
     assert str(path) in str(caught.value)
     assert "short" not in str(caught.value) and "c2hvcnQ" not in str(caught.value)
+
+
+def test_an_oversized_key_file_is_refused_not_cut_short(tmp_path: Path) -> None:
+    line = base64.b64encode(os.urandom(32)).decode() + "\n"
+    path = key_file(tmp_path, line * (MAX_KEY_FILE // len(line)) + "# " + "x" * 100)
+    with pytest.raises(InvalidInput, match="larger than 65536 bytes"):
+        load_keyring(path, environ={})
 
 
 def test_key_file_with_group_access_is_refused(tmp_path: Path) -> None:

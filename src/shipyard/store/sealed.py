@@ -104,7 +104,9 @@ def load_keyring(key_file: Path | None = None, environ: Mapping[str, str] | None
         key_file = Path(env[KEY_FILE_ENV])
     if key_file is not None:
         where = f"encryption key file {key_file}"
-        data = read_private_file(key_file, "encryption key file", MAX_KEY_FILE)
+        data = read_private_file(key_file, "encryption key file", MAX_KEY_FILE + 1)
+        if len(data) > MAX_KEY_FILE:  # cut short, its last line could read as another key
+            raise InvalidInput(f"{where} is larger than {MAX_KEY_FILE} bytes")
         return Keyring(_parse_keys(data, where), where)
     if env.get(KEY_ENV):
         text = env[KEY_ENV].replace(",", "\n")
