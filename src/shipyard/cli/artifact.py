@@ -105,6 +105,8 @@ def _put(args: argparse.Namespace) -> int:
             metadata=args.metadata,
             piece_size=args.piece_size_mib << 20,
             progress=advance,
+            confidential=args.confidential,
+            keys=keys,
         )
     stderr().print(f"stored {record.kind} {record.file_count} files, {record.size:,} bytes")
     print(record.id)
@@ -152,13 +154,13 @@ def _show(args: argparse.Namespace) -> int:
     print(f"piece size: {manifest.piece_size:,}")
     print(f"aliases:    {', '.join(aliases) or '-'}")
     print(f"run:        {manifest.run or (record.run_id if record else None) or '-'}")
+    if manifest.encryption:
+        print(f"encrypted:  {manifest.encryption.algorithm}, key {manifest.encryption.key_id}")
     if manifest.metadata:
         print(f"metadata:   {json.dumps(manifest.metadata, sort_keys=True)}")
     for entry in manifest.files:
         print(f"  {entry.mode:04o} {entry.size:>14,}  {len(entry.pieces):>4} pieces  {entry.path}")
     return 0
-    if manifest.encryption:
-        print(f"encrypted:  {manifest.encryption.algorithm}, key {manifest.encryption.key_id}")
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -171,6 +173,17 @@ def _verify(args: argparse.Namespace) -> int:
     if problems:
         raise IntegrityError(f"{manifest.id}: {len(problems)} piece(s) missing or corrupt")
     print(f"{manifest.id}: ok ({manifest.size:,} bytes verified)")
+    return 0
+
+
+def _keygen(args: argparse.Namespace) -> int:
+    """A new key first (it seals from now on), the file's old keys after it (they still open
+    what they sealed)."""
+    old = load_keyring(args.key_file).keys if args.key_file.exists() else ()
+    line = new_key()
+    kept = [base64.b64encode(key).decode() for key in old]
+    write_private_file(args.key_file, "\n".join([line, *kept]).encode() + b"\n")
+    print(key_id(base64.b64decode(line)))
     return 0
 
 
