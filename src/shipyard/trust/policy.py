@@ -4,7 +4,8 @@ A TOML file, `$SHIPYARD_TRUST_POLICY` or else `$SHIPYARD_HOME/trust/policy.toml`
 
     signatures = "require"            # or "warn": read it anyway, with a warning
     [[signer]]
-    name = "release"                  # how messages and audit rows name it
+    name = "release"                  # how messages and audit rows name it (default: the
+                                      # key file's name without its extension)
     public_key = "release.pub"        # PEM; a relative path is relative to this file
     kinds = ["model", "checkpoint"]   # kinds it may sign; "*" for any
     aliases = ["prod-*"]              # aliases (fnmatch patterns) it may vouch for; default none
@@ -132,7 +133,7 @@ def _signer(entry: Any, where: str, base: Path) -> Signer:
         raise InvalidInput(f"{where}: public_key must name a PEM file")
     key_path = base / key_file
     key = parse_public_key(read_guarded(key_path, "public key", 16 << 10), f"{where}: {key_path}")
-    name = entry.get("name", key_path.name)
+    name = entry.get("name", key_path.stem)
     kinds = _strings(entry.get("kinds"), f"{where}.kinds")
     if not kinds:
         raise InvalidInput(f"{where}.kinds: name at least one kind, or '*'")
