@@ -135,3 +135,14 @@ def _check_owner(info: os.stat_result, subject: str) -> None:
         raise StorageError(
             f"{subject} is owned by uid {info.st_uid}, not by you (uid {os.geteuid()})"
         )
+
+
+def ensure_private_dir(path: Path) -> bool:
+    """Make `path` (and missing parents) with mode 0700; take group/other access away from an
+    existing one this user owns. True when an existing directory's mode was tightened."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.geteuid() or not info.st_mode & 0o077:
+        return False
+    path.chmod(stat.S_IMODE(info.st_mode) & 0o700)
+    return True

@@ -1,5 +1,6 @@
 """The live service with the local backend: real processes, GPU ids, SIGTERM and grace."""
 
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -78,6 +79,10 @@ def test_runs_real_process_with_cuda_visible_devices(service: Service, tmp_path:
     job_id = submit(service, tmp_path, "one", "a", 2, "quick")
     until(service, lambda: service.store.get(job_id)["state"] == "done")
     assert (tmp_path / "one.gpus").read_text() == "0,1"
+    # The job's output is the user's alone (its command line may hold secrets, too).
+    logs = tmp_path / "logs"
+    assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    assert [stat.S_IMODE(p.stat().st_mode) for p in logs.iterdir()] == [0o600]
     row = service.store.get(job_id)
     assert row["exit_code"] == 0 and row["gpus"] == {"n0": [0, 1]}
     assert service.state.free == [4]

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from shipyard.scheduler.model import Node, Running
+from shipyard.secretfile import ensure_private_dir
 
 
 @dataclass
@@ -31,7 +32,7 @@ class LocalBackend:
     _gangs: dict[str, _Gang] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.log_dir)  # job output is the user's: no other account reads it
         self._free = {i: list(range(n.gpus)) for i, n in enumerate(self.nodes)}
 
     def launch(self, run: Running, command: list[str]) -> dict[str, list[int]]:
@@ -65,7 +66,9 @@ class LocalBackend:
                 SHIPYARD_NODE_RANK=str(rank),
                 SHIPYARD_NNODES=str(len(gpus)),
             )
-            with (self.log_dir / f"{run.job.id}.{rank}.log").open("ab") as log:
+            path = self.log_dir / f"{run.job.id}.{rank}.log"
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+            with os.fdopen(os.open(path, flags, 0o600), "ab") as log:
                 procs.append(
                     subprocess.Popen(
                         command, env=env, stdout=log, stderr=log, start_new_session=True

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from shipyard.errors import StorageError
 from shipyard.scheduler.model import Node, Running
+from shipyard.secretfile import ensure_private_dir
 
 _ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY"}
 
@@ -33,7 +34,7 @@ class SlurmBackend:
     _jobs: dict[str, _Submitted] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        ensure_private_dir(self.log_dir)  # Slurm writes job output here with the job's umask
 
     def _run(self, *args: str, script: str | None = None) -> str:
         env = dict(os.environ)
