@@ -1,8 +1,12 @@
 """`shipyard queue worker QUEUE -- CMD`: claim an item, run CMD on it, commit its output.
 
 The payload reaches CMD as JSON on stdin (or in `$SHIPYARD_PAYLOAD`), with the item's id, key
-and attempt in `$SHIPYARD_ITEM_ID`, `$SHIPYARD_ITEM_KEY` and `$SHIPYARD_ITEM_ATTEMPT`. While CMD
-runs the worker heartbeats its lease. Exit 0 completes the item with CMD's stdout as the result
+and attempt in `$SHIPYARD_ITEM_ID`, `$SHIPYARD_ITEM_KEY` and `$SHIPYARD_ITEM_ATTEMPT`, and the
+lease's fencing token in `$SHIPYARD_LEASE_TOKEN`: it grows with every lease of the item, so an
+idempotent CMD that remembers the newest token it saw per key can refuse a stale attempt's work.
+While CMD runs the worker heartbeats its lease. CMD runs in a process group of its own that dies
+with the worker (`shipyard.children`), and is killed when the lease is lost or runs out unrenewed;
+nothing CMD started outlives its item. Exit 0 completes the item with CMD's stdout as the result
 (the JSON value it printed, else the text), in the same transaction that ends the lease; any
 other exit fails it with the last line of CMD's stderr as the reason. CMD's stderr is copied to
 the worker's once CMD ends.
@@ -23,11 +27,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from functools import partial
 from typing import IO, Any, Literal, TypeVar
 
+from shipyard import children
 from shipyard.db import DatabaseUnavailable
 from shipyard.errors import InvalidInput
 from shipyard.queue.core import Queue
@@ -138,6 +142,7 @@ class Worker:
                 "SHIPYARD_ITEM_ID": str(item.id),
                 "SHIPYARD_ITEM_KEY": item.key,
                 "SHIPYARD_ITEM_ATTEMPT": str(item.attempt),
+                "SHIPYARD_LEASE_TOKEN": str(item.token),
             }
             if self.config.payload_via == "env":
                 env["SHIPYARD_PAYLOAD"] = payload
@@ -145,19 +150,17 @@ class Worker:
                 stdin.write(payload.encode())
                 stdin.seek(0)
             try:
-                proc = subprocess.Popen(
-                    list(self.config.command),
-                    stdin=stdin,
-                    stdout=out,
-                    stderr=err,
-                    env=env,
-                    start_new_session=True,  # a Ctrl-C reaches the worker, which decides
+                proc = children.spawn(
+                    self.config.command, stdin=stdin, stdout=out, stderr=err, env=env
                 )
             except OSError as exc:  # the worker's fault, not the item's: give it back and stop
                 why = f"cannot start {self.config.command[0]!r}: {exc.strerror}"
                 self._end(item, "release", lambda q: q.release(item.id, item.token, why))
                 raise InvalidInput(f"queue worker: {why}") from None
-            outcome = self._watch(item, proc)
+            try:
+                outcome = self._watch(item, proc)
+            finally:
+                children.reap(proc)  # its leftovers, or all of it if the worker is failing
             reason = _last_line(err)
             err.seek(0)
             shutil.copyfileobj(err, sys.stderr.buffer)  # CMD's own log, after the fact
@@ -178,11 +181,11 @@ class Worker:
         beat = self.config.lease / 3
         next_beat = time.monotonic() + beat
         while True:
-            wake = next_beat
+            wake = min(next_beat, self.lease_until)
             if self.stopping.is_set():
                 give_up = self.stopped_at + self.config.grace
                 if time.monotonic() >= give_up:
-                    _terminate(proc)
+                    children.stop(proc, _KILL_AFTER_S)
                     return "stopped"
                 wake = min(wake, give_up)
             try:
@@ -190,15 +193,20 @@ class Worker:
                 return "exited"
             except subprocess.TimeoutExpired:
                 pass
+            if time.monotonic() >= self.lease_until:  # unrenewed (an outage): another may run it
+                self.log(f"item {item.id}: its lease ran out before a heartbeat got through")
+                children.stop(proc, _KILL_AFTER_S)
+                return "lost"
             if time.monotonic() < next_beat:
                 continue
             next_beat = time.monotonic() + beat
             try:
+                sent = time.monotonic()
                 self.queue.heartbeat(item.id, item.token, self.config.lease)
-                self.lease_until = time.monotonic() + self.config.lease
+                self.lease_until = sent + self.config.lease
             except StaleLease as exc:
                 self.log(str(exc))
-                _terminate(proc)
+                children.stop(proc, _KILL_AFTER_S)
                 return "lost"
             except DatabaseUnavailable as exc:
                 self.log(f"heartbeat of item {item.id}: {exc}; trying again in {beat:.0f} s")
@@ -237,18 +245,6 @@ class Worker:
             self.log(f"{exc} (the {what} is dropped)")
             return False
         return ended is not None
-
-
-def _terminate(proc: "subprocess.Popen[bytes]") -> None:
-    """SIGTERM the command's process group; SIGKILL it if it lingers."""
-    for sig, patience in ((signal.SIGTERM, _KILL_AFTER_S), (signal.SIGKILL, None)):
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout=patience)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def _last_line(stream: IO[bytes]) -> str:
