@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Callable
 
+from shipyard import children
 from shipyard.batch.job import Job
 from shipyard.batch.progress import Progress, progress
 from shipyard.errors import InvalidInput, StorageError
@@ -43,7 +44,8 @@ def run_local(
     on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> Progress:
     """Run `workers` worker processes until the job's queue is drained. A worker that dies
-    while work remains is replaced: its shard comes back when its lease runs out."""
+    while work remains is replaced: its shard comes back when its lease runs out. The workers
+    die with this process, however it ends (`shipyard.children`)."""
     if workers < 1:
         raise InvalidInput(f"workers must be at least 1, not {workers}")
     env = {**os.environ, **WORKER_ENV}
@@ -53,12 +55,14 @@ def run_local(
     queue = open_queue()
     try:
         while True:
-            procs = [p for p in procs if p.poll() is None]
+            for ended in [p for p in procs if p.poll() is not None]:
+                children.reap(ended)
+                procs.remove(ended)
             done = _finished(job)
             if done and not procs:
                 return progress(queue, job, started)
             while not done and len(procs) < workers:
-                proc = subprocess.Popen(
+                proc = children.spawn(
                     worker_command(job, lease), env=env, stdout=subprocess.DEVNULL
                 )
                 procs.append(proc)
@@ -70,9 +74,7 @@ def run_local(
             time.sleep(0.2)
     finally:
         for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-                proc.wait()
+            children.stop(proc)
         queue.close()
 
 

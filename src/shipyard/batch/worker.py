@@ -8,9 +8,9 @@ f(model, snapshot, shard), complete the item with the shard's counts.
 import argparse
 import os
 import sys
-import threading
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,8 @@ from shipyard.batch.models import LoadedModel, cached, load
 from shipyard.batch.shards import commit, shard_path, shard_table
 from shipyard.batch.snapshot import CHANGES_FILE, DOCS_FILE, DocTable
 from shipyard.errors import InvalidInput, ShipyardError
-from shipyard.queue import Item, Queue, StaleLease, open_queue
+from shipyard.queue import StaleLease, open_queue
+from shipyard.queue.heartbeat import Heartbeat
 from shipyard.workspace import Workspace
 
 
@@ -92,30 +93,6 @@ def embed_shard(ws: Workspace, payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-class _Heartbeat:
-    """Renews a lease every third of its length until stopped; notes when it was lost."""
-
-    def __init__(self, queue: Queue, item: Item, lease: float) -> None:
-        self.lost = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(queue, item, lease), daemon=True)
-        self._thread.start()
-
-    def _run(self, queue: Queue, item: Item, lease: float) -> None:
-        while not self._stop.wait(lease / 3):
-            try:
-                queue.heartbeat(item.id, item.token, lease)
-            except StaleLease as exc:
-                self.lost = str(exc)
-                return
-            except ShipyardError:
-                continue  # the database is away: the next beat may get through
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def drain(
     queue_name: str,
     lease: float = 60.0,
@@ -138,12 +115,13 @@ def drain(
                 continue
             item = claimed[0]
             say(f"claimed shard {item.payload['shard'][0]} attempt {item.attempt}")
-            beat = _Heartbeat(queue, item, lease)
+            beat = Heartbeat(queue, [item], lease)
             try:
                 result = embed_shard(ws, item.payload)
             except ShipyardError as exc:
                 beat.stop()
-                queue.fail(item.id, item.token, str(exc))
+                with suppress(StaleLease):  # another worker holds it now: its outcome stands
+                    queue.fail(item.id, item.token, str(exc))
                 say(f"failed shard {item.payload['shard'][0]}: {exc}")
                 continue
             beat.stop()
