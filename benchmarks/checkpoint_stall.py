@@ -183,6 +183,7 @@ def worker(rank: int, port: int, root: str, args: argparse.Namespace, out: Any) 
 def breakdown(megabytes: int, root: str) -> None:
     """Where a Shipyard save's time goes, one part at a time, for one rank's share of the state."""
     import hashlib
+    import secrets
     import zlib
 
     from shipyard.checkpoint.peer import PeerMemory, push
@@ -191,7 +192,13 @@ def breakdown(megabytes: int, root: str) -> None:
     source = torch.randn(megabytes * (1 << 20) // 4)
     snapshot = torch.empty_like(source)
     view = raw_bytes(snapshot)
-    peer = PeerMemory()
+    peer = PeerMemory(secrets.token_bytes(32))
+    key = peer.client_key()
+
+    def push_once() -> None:
+        peer.expect(1, 0, view.nbytes)  # a put is taken once, when announced
+        push(peer.address, 1, 0, [view], key)
+
     parts: dict[str, Callable[[], object]] = {
         "snapshot copy (blocks the trainer)": lambda: snapshot.copy_(source),
         "SHA-256": lambda: hashlib.sha256(view).digest(),
@@ -199,7 +206,7 @@ def breakdown(megabytes: int, root: str) -> None:
         "write shard (SHA-256, CRC-32, write, fsync)": lambda: write_safetensors(
             Path(root) / "shard.safetensors", [("w@0", snapshot)]
         ),
-        "peer push (both ends, one host)": lambda: push(peer.address, 1, 0, [view]),
+        "peer push (both ends, one host)": push_once,
     }
     for name, part in parts.items():
         walls, cpus = [], []

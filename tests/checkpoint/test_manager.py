@@ -1,6 +1,7 @@
 """One-rank checkpoints: round trip, snapshot isolation, commit rule, corruption, retention."""
 
 import random
+import secrets
 from pathlib import Path
 
 import numpy as np
@@ -137,7 +138,7 @@ def test_failed_save_is_reported_and_leaves_the_last_commit(tmp_path: Path) -> N
 
 
 def test_peer_memory_outlives_a_manager(tmp_path: Path) -> None:
-    peer = PeerMemory()
+    peer = PeerMemory(secrets.token_bytes(32))
     first = CheckpointManager(tmp_path, peer_memory=peer)
     first.save(6, trained_state(), blocking=True)
     first.close()  # e.g. the process group is re-formed after another rank was lost

@@ -16,7 +16,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shipyard.checkpoint import CheckpointManager, load_committed
-from shipyard.checkpoint.manifest import MANIFEST, CheckpointManifest, read_committed, step_dir
+from shipyard.checkpoint.manifest import (
+    MANIFEST,
+    CheckpointManifest,
+    read_committed,
+    seal,
+    step_dir,
+)
 from shipyard.checkpoint.rng import capture_rng, restore_rng
 from shipyard.errors import ShipyardError
 
@@ -104,7 +110,7 @@ def test_edited_manifest(saved: Path, data: st.DataObject) -> None:
             del parent[path[-1]]
         else:
             parent[path[-1]] = data.draw(json_values)
-    _exercise(saved, json.dumps(manifest).encode())
+    _exercise(saved, seal(manifest))  # sealed anew: the edit must pass every field check
 
 
 @given(data=st.data())

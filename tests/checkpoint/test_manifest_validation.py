@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from shipyard.checkpoint import CheckpointManager, load_committed
+from shipyard.checkpoint.corrupt import CORRUPT
 from shipyard.checkpoint.manifest import (
     MANIFEST,
     CheckpointManifest,
@@ -101,7 +102,7 @@ CASES: list[tuple[str, Edit, str]] = [
     ("step as a float", _set("step", 1.5), "field step"),
     ("negative step", _set("step", -3), "field step"),
     ("format as bool", _set("format", True), "field format"),
-    ("unknown format", _set("format", 2), "field format"),
+    ("unknown format", _set("format", 3), "field format"),
     ("wrong kind", _set("kind", "model"), "field kind"),
     ("piece of unknown tensor", _set("pieces.0.0", "nope"), "field pieces[0]"),
     ("piece past the end", _set("pieces.0.2", 10**6), "field pieces[0][2]"),
@@ -194,14 +195,17 @@ def test_a_shard_symlinked_out_of_the_checkpoint_is_refused(saved: Path, tmp_pat
 
     with pytest.raises(InvalidInput, match="outside the checkpoint"):
         read_committed(directory)
+    # Refused once, marked for good: later reads name the mark and what it recorded.
+    assert json.loads((directory / CORRUPT).read_bytes())["reason"] == "manifest-invalid"
     assert open_committed(directory) is None
     listed = _cli("checkpoint", "ls", str(copy))
     assert listed.returncode == 0 and listed.stdout == ""
     assert "step 1: refused" in listed.stderr and "outside the checkpoint" in listed.stderr
     verified = _cli("checkpoint", "verify", str(copy))
-    assert verified.returncode == 2 and "outside the checkpoint" in verified.stderr
+    assert verified.returncode == 5 and "outside the checkpoint" in verified.stderr
 
     shard.unlink()
+    (directory / CORRUPT).unlink()
     shard.symlink_to(shard.name)  # a loop
     with pytest.raises(InvalidInput, match="does not resolve"):
         read_committed(directory)

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.checkpoint.ranks import run
+from tests.checkpoint.ranks import RANKS_TIMEOUT_S, run
 from tests.checkpoint.trainer import state_digest
 from tests.loader.conftest import write_dataset
 
@@ -38,6 +38,7 @@ def data(tmp_path: Path) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3 * RANKS_TIMEOUT_S)
 def test_kill_at_a_random_step_then_resume_exactly(tmp_path: Path, data: str) -> None:
     assert _train(tmp_path, "plain", 1, 130, data) == [0]
     die_at = random.Random().randint(11, 29)
@@ -55,6 +56,7 @@ def test_kill_at_a_random_step_then_resume_exactly(tmp_path: Path, data: str) ->
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(4 * RANKS_TIMEOUT_S)  # four runs of up to 4 ranks each
 def test_elastic_resume_4_2_3_and_resharding(tmp_path: Path, data: str) -> None:
     assert _train(tmp_path, "plain", 1, 30, data) == [0]
     assert _train(tmp_path, "elastic", 4, 10, data) == [0] * 4

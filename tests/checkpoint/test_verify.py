@@ -13,9 +13,9 @@ from shipyard.checkpoint import (
     corrupt_marks,
     latest_committed,
     load_committed,
-    restore_from_peers,
 )
-from shipyard.checkpoint.manifest import CORRUPT, MANIFEST, CheckpointManifest, step_dir
+from shipyard.checkpoint.corrupt import CORRUPT
+from shipyard.checkpoint.manifest import MANIFEST, CheckpointManifest, seal, step_dir
 from shipyard.checkpoint.verify import HEADER, rank_pieces
 from shipyard.errors import IntegrityError, InvalidInput, NotFound
 
@@ -113,7 +113,7 @@ def test_peer_restore_is_checked_against_the_manifest(tmp_path: Path) -> None:
     manager.save(3, state, blocking=True)
     stored = latest_committed(tmp_path)
     assert stored is not None and manager.peer is not None
-    restored = restore_from_peers(manager.peer_addresses, manifest=stored.manifest)
+    restored = manager.restore_from_peers(manifest=stored.manifest)
     assert state_hash(restored.state) == state_hash(state)
 
     # The peer now serves rank 0's snapshot with one bit flipped, first byte of its 2nd piece.
@@ -123,11 +123,11 @@ def test_peer_restore_is_checked_against_the_manifest(tmp_path: Path) -> None:
     blob[(first.stop - first.start) * dtypes[first.path].itemsize] ^= 1
     manager.peer.hold(3, 0, [memoryview(blob)])
     with pytest.raises(CorruptCheckpoint) as caught:
-        restore_from_peers(manager.peer_addresses, manifest=stored.manifest)
+        manager.restore_from_peers(manifest=stored.manifest)
     assert caught.value.piece == second.key
     assert "peer snapshot of rank 0" in caught.value.source
     with pytest.raises(CorruptCheckpoint):  # against the peer's own copy of the manifest too
-        restore_from_peers(manager.peer_addresses, 3)
+        manager.restore_from_peers(3)
     assert load_committed(stored).step == 3  # storage is untouched and still good
     manager.close()
 
@@ -146,4 +146,4 @@ def test_manifest_crc_list_must_match_the_pieces(tmp_path: Path) -> None:
     with pytest.raises(InvalidInput, match=r"crc32\[1\]"):
         CheckpointManifest.from_json(json.dumps(data).encode(), str(path))
     del data["shards"][0]["crc32"]  # a manifest from before per-piece checksums still loads
-    assert CheckpointManifest.from_json(json.dumps(data).encode(), str(path)).step == 1
+    assert CheckpointManifest.from_json(seal(data), str(path)).step == 1

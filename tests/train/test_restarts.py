@@ -126,3 +126,30 @@ def test_corrupt_newest_checkpoint_every_rank_killed_recovers_from_the_one_befor
     assert model_digest(run_id) == model_digest(baseline)
     # Step 20 was saved again, whole: the mark went with the bad bytes.
     assert not (run_dir(run_id) / "checkpoints" / "step-0000000020" / "corrupt.json").exists()
+
+
+def test_a_manifest_that_lies_about_its_step_is_refused_and_reported(
+    baseline: str, token_data: Path
+):
+    # At step 25 rank 0 flips the lowest bit of checkpoint 20's step (it reads 21), then every
+    # rank dies. Believed, the run would resume at "21" with step 20's weights and skip a step.
+    faults = [
+        {"kind": "corrupt-manifest", "rank": 0, "step": 25, "attempt": 0},
+        {"kind": "kill", "rank": 0, "step": 25, "attempt": 0},
+        {"kind": "kill", "rank": 1, "step": 25, "attempt": 0},
+    ]
+    run_id, state = train(make_config(token_data, chaos={"faults": faults}))
+    assert state == "succeeded"
+    assert [f["kind"] for f in events(run_id, "failure")] == ["crash"]
+
+    (corrupt,) = events(run_id, "corrupt-checkpoint")
+    assert corrupt["step"] == 20 and corrupt["reason"] == "manifest-digest"
+    assert corrupt["file"].endswith("step-0000000020/manifest.json")
+    ready = [e for e in events(run_id, "ready") if e["attempt"] == 1]
+    assert {e["step"] for e in ready} == {10}  # the step it actually resumed from
+    assert {e["restored_from"] for e in ready} == {"storage"}
+
+    losses, clean = final_losses(run_id), final_losses(baseline)
+    assert sorted(losses) == list(range(1, 41))
+    assert {s: losses[s] for s in range(11, 41)} == {s: clean[s] for s in range(11, 41)}
+    assert model_digest(run_id) == model_digest(baseline)

@@ -7,6 +7,7 @@ checkpoint that verifies, any world size; a corrupt one is marked and the one be
 torn checkpoint, nor (unless `verify=False`) one whose shards fail their SHA-256.
 """
 
+from shipyard.checkpoint.corrupt import CorruptCheckpoint, corrupt_marks
 from shipyard.checkpoint.handle import SaveHandle
 from shipyard.checkpoint.load import Loaded, load_committed
 from shipyard.checkpoint.manager import CheckpointManager
@@ -14,7 +15,7 @@ from shipyard.checkpoint.manifest import CheckpointManifest, Committed, committe
 from shipyard.checkpoint.peer import PeerMemory, restore_from_peers
 from shipyard.checkpoint.publish import Publish
 from shipyard.checkpoint.retention import Retention
-from shipyard.checkpoint.verify import CorruptCheckpoint, corrupt_marks, latest_committed
+from shipyard.checkpoint.verify import latest_committed
 
 __all__ = [
     "CheckpointManager",

@@ -18,11 +18,11 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from shipyard.checkpoint.corrupt import CORRUPT, CorruptCheckpoint
 from shipyard.checkpoint.flatten import flatten
 from shipyard.checkpoint.handle import SaveHandle, SaveJob
 from shipyard.checkpoint.load import Loaded, load_committed
 from shipyard.checkpoint.manifest import (
-    CORRUPT,
     MANIFEST,
     CheckpointManifest,
     Committed,
@@ -34,12 +34,13 @@ from shipyard.checkpoint.manifest import (
     step_dir,
 )
 from shipyard.checkpoint.peer import MANIFEST_OWNER, PeerMemory, push, restore_from_peers
+from shipyard.checkpoint.peer_key import peer_secret
 from shipyard.checkpoint.plan import Piece, describe, split
 from shipyard.checkpoint.publish import Publish, publish
 from shipyard.checkpoint.retention import Retention, apply_retention
 from shipyard.checkpoint.rng import capture_rng
 from shipyard.checkpoint.safetensors_io import raw_bytes, write_safetensors
-from shipyard.checkpoint.verify import CorruptCheckpoint, latest_committed
+from shipyard.checkpoint.verify import latest_committed
 from shipyard.durable import fsync_dir
 from shipyard.errors import InvalidInput, NotFound, StorageError
 from shipyard.hashing import canonical_json
@@ -83,9 +84,10 @@ class CheckpointManager:
         self._owns_peer = not isinstance(peer_memory, PeerMemory)
         if isinstance(peer_memory, PeerMemory):
             self.peer: PeerMemory | None = peer_memory
-        else:
-            self.peer = PeerMemory() if peer_memory else None
+        else:  # every rank under this root, now or in a later attempt, has the same key
+            self.peer = PeerMemory(peer_secret(self.root)) if peer_memory else None
         self.peer_addresses: list[str] = []
+        self._peer_key = None if self.peer is None else self.peer.client_key()
         if self.peer is not None:
             self.peer_addresses = self._all_gather(self.peer.address)
         self._job: SaveJob | None = None
@@ -134,6 +136,14 @@ class CheckpointManager:
             mine.append((piece, buffer))
         if torch.cuda.is_available():
             torch.cuda.synchronize()
+        if self.peer is not None and self.world_size > 1:
+            # Before this rank's barrier, so before the predecessor can push: exactly its share.
+            itemsize = {m.path: m.dtype.itemsize for m in metas}
+            predecessor = (self.rank - 1) % self.world_size
+            share = sum(
+                (p.stop - p.start) * itemsize[p.path] for p in pieces if p.rank == predecessor
+            )
+            self.peer.expect(step, predecessor, share)
         job = SaveJob(
             step, skeleton, pieces, mine, capture_rng(), loader, dict(metadata or {}), metas
         )
@@ -216,7 +226,8 @@ class CheckpointManager:
         self.peer.hold(job.step, self.rank, views)
         if self.world_size > 1:
             successor = self.peer_addresses[(self.rank + 1) % self.world_size]
-            push(successor, job.step, self.rank, views)
+            assert self._peer_key is not None
+            push(successor, job.step, self.rank, views, self._peer_key)
 
     def _commit(
         self, job: SaveJob, directory: Path, reports: list[Any]
@@ -293,11 +304,18 @@ class CheckpointManager:
         raise NotFound(f"no committed checkpoint under {self.root} verifies")
 
     def restore_from_peers(
-        self, step: int | None = None, manifest: CheckpointManifest | None = None
+        self,
+        step: int | None = None,
+        manifest: CheckpointManifest | None = None,
+        addresses: list[str] | None = None,
     ) -> Loaded:
         """The newest (or `step`'s) committed snapshot from peer memory, without storage; with
-        `manifest`, the peers' bytes are checked against that one (see `restore_from_peers`)."""
-        return restore_from_peers(self.peer_addresses, step, manifest)
+        `manifest`, the peers' bytes are checked against that one (see `restore_from_peers`).
+        `addresses`: another set of peers under the same root (a previous attempt's ranks)."""
+        if self._peer_key is None:
+            raise NotFound("this checkpoint manager runs without peer memory")
+        peers = self.peer_addresses if addresses is None else addresses
+        return restore_from_peers(peers, step, manifest, key=self._peer_key)
 
     def close(self) -> None:
         try:

@@ -3,21 +3,25 @@
 Layout: `<root>/step-<10 digits>/shard-<rank>-of-<world>.safetensors` and `manifest.json`. The
 manifest is written (temp, fsync, rename, directory fsync) only after every shard is durable, so
 a crash at any moment leaves either a committed checkpoint or a directory without a manifest, which
-`committed` ignores. `committed` also checks that every listed shard has its recorded size and
-skips a checkpoint marked corrupt (`corrupt.json`, written when a shard failed its SHA-256); the
-full SHA-256 check is `verify` (on load, or by `latest_committed`).
+`committed` ignores. `committed` also checks that the manifest's step is its directory's, that
+every listed shard has its recorded size, and skips a checkpoint marked corrupt (`corrupt.json`);
+a committed checkpoint refused here is marked too (see `corrupt`). The full SHA-256 check is
+`verify` (on load, or by `latest_committed`).
 
 A manifest read back (from storage or a peer) is hostile until `from_json` has checked every
 field: shard files relative and inside the checkpoint, dtypes from a fixed list, shapes of
-non-negative integers, pieces that tile each tensor exactly and fit in their shard's size.
+non-negative integers, pieces that tile each tensor exactly and fit in their shard's size; and
+damaged until its bytes are the canonical JSON whose SHA-256 it carries (`manifest_sha256`).
 """
 
+import hashlib
 import stat
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shipyard.checkpoint.corrupt import CORRUPT, CorruptCheckpoint, mark_corrupt, marked_problem
 from shipyard.checkpoint.fields import MAX_INT, Fields, decode, kind_of
 from shipyard.checkpoint.plan import Piece, TensorMeta
 from shipyard.checkpoint.safetensors_io import DTYPE_NAMES, FileDigest
@@ -25,10 +29,11 @@ from shipyard.durable import write_atomic
 from shipyard.errors import IntegrityError, InvalidInput, NotFound, StorageError
 from shipyard.hashing import canonical_json
 
-FORMAT = 1
+FORMAT = 2  # 1 + `manifest_sha256`
+LEGACY_FORMAT = 1  # written before manifests carried a digest: read, with nothing to check it by
+DIGEST = "manifest_sha256"
 KIND = "shipyard-checkpoint"
 MANIFEST = "manifest.json"
-CORRUPT = "corrupt.json"  # a committed checkpoint whose bytes failed verification: never loaded
 _PREFIX = "step-"
 
 # Bounds on what a manifest may claim: generous for any real run, small enough that sizes stay
@@ -66,7 +71,7 @@ class CheckpointManifest:
     metadata: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> bytes:
-        return canonical_json(
+        return seal(
             {
                 "format": FORMAT,
                 "kind": KIND,
@@ -103,7 +108,40 @@ class CheckpointManifest:
         Every field is checked here, once: anything else raises `InvalidInput` naming `where`
         and the field, so the loaders downstream can trust what they are given.
         """
-        return _parse(decode(raw, where), Fields(where))
+        data, f = decode(raw, where), Fields(where)
+        manifest = _parse(data, f)
+        if data["format"] == FORMAT:  # fields first: a hostile manifest is named by its field
+            _check_digest(raw, data, f)
+        return manifest
+
+
+class ManifestDamaged(IntegrityError):
+    """Manifest bytes that are not the canonical JSON their own digest covers."""
+
+
+def seal(body: dict[str, Any]) -> bytes:
+    """The manifest's bytes: canonical JSON of `body` with the SHA-256 of that JSON without its
+    digest field (any digest `body` holds is replaced)."""
+    body = {k: v for k, v in body.items() if k != DIGEST}
+    digest = hashlib.sha256(canonical_json(body)).hexdigest()
+    return canonical_json({**body, DIGEST: digest})
+
+
+def _check_digest(raw: bytes, data: dict[str, Any], f: Fields) -> None:
+    """Any change to the bytes changes either the parsed value (and so its digest) or, where it
+    parses the same (`1e5`/`1E5`, a duplicated key), the canonical form: both are refused."""
+    claimed = f.text(f.get(data, DIGEST, ""), DIGEST)
+    body = {k: v for k, v in data.items() if k != DIGEST}
+    actual = hashlib.sha256(canonical_json(body)).hexdigest()
+    if claimed != actual:
+        raise ManifestDamaged(
+            f"{f.where}: its SHA-256 is {actual}, its field {DIGEST} says {claimed[:80]!r}: "
+            "the manifest was altered after it was written"
+        )
+    if canonical_json(data) != raw:
+        raise ManifestDamaged(
+            f"{f.where}: not the canonical JSON its {DIGEST} covers: its bytes were altered"
+        )
 
 
 @dataclass(frozen=True)
@@ -133,31 +171,86 @@ def commit(directory: Path, manifest: CheckpointManifest) -> Committed:
 
 def read_committed(directory: Path) -> Committed:
     """The committed checkpoint in `directory`, or why there is none: NotFound (no manifest),
-    InvalidInput (a manifest refused) or IntegrityError (a shard missing or of the wrong size,
-    or the checkpoint marked corrupt)."""
+    StorageError (unreadable), or a refusal that marks it corrupt: InvalidInput (a manifest or
+    shard path refused), IntegrityError (a damaged manifest, a step not its directory's, a
+    shard missing or of the wrong size), or IntegrityError if it was marked corrupt before."""
     path = directory / MANIFEST
+    raw = None
     try:
         info = path.stat()
+        if (directory / CORRUPT).exists():
+            raise IntegrityError(
+                f"{directory} is marked corrupt, it is never loaded ({CORRUPT}: "
+                f"{marked_problem(directory)})"
+            )
         if not stat.S_ISREG(info.st_mode):
             raise InvalidInput(f"{path} is not a regular file")
         if info.st_size > MAX_MANIFEST_BYTES:
             raise InvalidInput(f"{path}: {info.st_size} bytes, more than {MAX_MANIFEST_BYTES}")
         raw = path.read_bytes()
+        manifest = CheckpointManifest.from_json(raw, str(path))
+        _check_placement(directory, manifest)
     except FileNotFoundError:
         raise NotFound(f"no committed checkpoint in {directory} ({MANIFEST} is missing)") from None
     except OSError as exc:
         raise StorageError(f"cannot read {path}: {exc.strerror}") from None
-    manifest = CheckpointManifest.from_json(raw, str(path))
-    if (directory / CORRUPT).exists():
-        raise IntegrityError(f"{directory} is marked corrupt (see {CORRUPT}): it is never loaded")
+    except CorruptCheckpoint as exc:
+        _refuse(directory, raw, exc)
+        raise
+    except ManifestDamaged as exc:
+        _refuse(directory, raw, _corrupt(directory, path, str(exc), "manifest-digest"))
+        raise
+    except InvalidInput as exc:
+        _refuse(directory, raw, _corrupt(directory, path, str(exc), "manifest-invalid"))
+        raise
+    return Committed(directory, manifest)
+
+
+def _check_placement(directory: Path, manifest: CheckpointManifest) -> None:
+    """The manifest's step is its directory's, and every shard it lists is there, whole."""
+    path = directory / MANIFEST
+    named = _dir_step(directory)
+    if named is not None and manifest.step != named:
+        raise _corrupt(
+            directory,
+            path,
+            f"says step {manifest.step}, in the directory of step {named}",
+            "step-mismatch",
+        )
     for shard in manifest.shards:
         file = shard_path(directory, shard.file)
         if not file.is_file() or file.stat().st_size != shard.digest.size:
-            raise IntegrityError(
-                f"{file}: the shard of rank {shard.rank} is missing or not the "
-                f"{shard.digest.size} bytes {path} records"
+            raise CorruptCheckpoint(
+                manifest.step,
+                str(file),
+                None,
+                f"the shard of rank {shard.rank} is missing or not the {shard.digest.size} bytes "
+                f"{path} records",
+                "shard-missing",
             )
-    return Committed(directory, manifest)
+
+
+def _dir_step(directory: Path) -> int | None:
+    """The step a checkpoint directory's name says (None: not named `step-<digits>`)."""
+    suffix = directory.name.removeprefix(_PREFIX)
+    digits = directory.name.startswith(_PREFIX) and suffix.isascii() and suffix.isdigit()
+    return int(suffix) if digits else None
+
+
+def _corrupt(directory: Path, path: Path, problem: str, reason: str) -> CorruptCheckpoint:
+    step = _dir_step(directory)
+    return CorruptCheckpoint(-1 if step is None else step, str(path), None, problem, reason)
+
+
+def _refuse(directory: Path, raw: bytes | None, error: CorruptCheckpoint) -> None:
+    """Mark a refused checkpoint, unless its manifest changed meanwhile: a re-save of the step
+    (which removes the manifest first) or retention deleting it are not damage."""
+    try:
+        unchanged = raw is None or (directory / MANIFEST).read_bytes() == raw
+    except OSError:
+        return
+    if unchanged:
+        mark_corrupt(directory, error)
 
 
 def open_committed(directory: Path) -> Committed | None:
@@ -191,9 +284,9 @@ def step_dirs(root: Path) -> list[tuple[int, Path]]:
     """(step, directory) of every checkpoint directory under `root`, committed or not, by step."""
     found = []
     for path in root.glob(f"{_PREFIX}*") if root.is_dir() else []:
-        suffix = path.name.removeprefix(_PREFIX)
-        if path.is_dir() and suffix.isdigit():
-            found.append((int(suffix), path))
+        step = _dir_step(path)
+        if step is not None and path.is_dir():
+            found.append((step, path))
     return sorted(found)
 
 
@@ -209,8 +302,12 @@ def committed(root: Path) -> list[Committed]:
 def _parse(data: Any, f: Fields) -> CheckpointManifest:
     top = f.obj(data, "(top level)")
     version = f.get(top, "format", "")
-    if type(version) is not int or version != FORMAT:
-        f.fail("format", f"checkpoint format {version!r} is unknown (this reader knows {FORMAT})")
+    if type(version) is not int or version not in (LEGACY_FORMAT, FORMAT):
+        f.fail(
+            "format",
+            f"checkpoint format {version!r} is unknown (this reader knows {LEGACY_FORMAT} and "
+            f"{FORMAT})",
+        )
     if f.get(top, "kind", "") != KIND:
         f.fail("kind", f"expected {KIND!r}, got {top['kind']!r}")
     world = f.integer(f.get(top, "world_size", ""), "world_size", 1, MAX_WORLD_SIZE)

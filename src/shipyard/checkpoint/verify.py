@@ -1,24 +1,19 @@
-"""Verification of a checkpoint's bytes against its manifest, and the corrupt mark.
+"""Verification of a checkpoint's bytes against its manifest.
 
 A shard is accepted only if its size and SHA-256 match the manifest. When they do not, the damage
 is named: the safetensors header (rebuilt from the manifest, byte for byte) or the first piece
 whose recorded CRC-32 no longer matches. A committed checkpoint on storage that fails is marked
-(`corrupt.json` beside its manifest, with the file and piece), so nothing loads or retries it; a
-re-save of the same step removes the mark. Snapshots from peer memory are the same pieces without
-the header, and are checked against the same SHA-256.
+(see `corrupt`), so nothing loads or retries it; a re-save of the same step removes the mark.
+Snapshots from peer memory are the same pieces without the header, and are checked against the
+same SHA-256.
 """
 
-import contextlib
 import hashlib
-import json
-import os
-import time
 import zlib
 from pathlib import Path
-from typing import Any
 
+from shipyard.checkpoint.corrupt import CorruptCheckpoint, mark_corrupt
 from shipyard.checkpoint.manifest import (
-    CORRUPT,
     CheckpointManifest,
     Committed,
     ShardRecord,
@@ -28,27 +23,8 @@ from shipyard.checkpoint.manifest import (
 )
 from shipyard.checkpoint.plan import Piece
 from shipyard.checkpoint.safetensors_io import header_prefix, read_shard
-from shipyard.durable import fsync_dir, temp_path, write_atomic
-from shipyard.errors import IntegrityError
 
 HEADER = "(header)"  # the piece named when the bytes before the data are damaged
-
-
-class CorruptCheckpoint(IntegrityError):
-    """Bytes of checkpoint `step` from `source` (a shard file or a peer) that fail their hash."""
-
-    def __init__(self, step: int, source: str, piece: str | None, problem: str) -> None:
-        self.step, self.source, self.piece, self.problem = step, source, piece, problem
-        where = f"piece {piece!r}" if piece else "an unnamed piece (no per-piece checksums)"
-        super().__init__(f"checkpoint of step {step} is corrupt: {source}, {where}: {problem}")
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "step": self.step,
-            "file": self.source,
-            "piece": self.piece,
-            "problem": self.problem,
-        }
 
 
 def rank_pieces(manifest: CheckpointManifest, rank: int) -> list[Piece]:
@@ -104,39 +80,8 @@ def check_stored(checkpoint: Committed, shard: ShardRecord, data: bytes, source:
     try:
         check_shard(checkpoint.manifest, shard, data, source)
     except CorruptCheckpoint as exc:
-        with contextlib.suppress(OSError):  # read-only storage: refused all the same, unmarked
-            mark_corrupt(checkpoint.path, exc)
+        mark_corrupt(checkpoint.path, exc)
         raise
-
-
-def mark_corrupt(directory: Path, error: CorruptCheckpoint) -> None:
-    """Mark once: the first rank to find the damage writes the record, later ones keep it (a
-    hard link of a complete temp file: never half-written, never overwritten)."""
-    final = directory / CORRUPT
-    if final.exists():
-        return
-    record = {**error.record(), "marked_at": time.time()}
-    tmp = temp_path(final)
-    try:
-        write_atomic(tmp, json.dumps(record).encode(), sync_dir=False)
-        with contextlib.suppress(FileExistsError):  # another rank marked it meanwhile
-            os.link(tmp, final)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fsync_dir(directory)
-
-
-def corrupt_marks(root: Path) -> list[dict[str, Any]]:
-    """The records of every checkpoint under `root` marked corrupt (unreadable ones skipped)."""
-    marks = []
-    for path in sorted(Path(root).glob(f"step-*/{CORRUPT}")):
-        try:
-            record = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            continue  # half-gone with its directory, or not ours: nothing to report
-        if isinstance(record, dict):
-            marks.append(record)
-    return marks
 
 
 def latest_committed(root: str | Path, *, verify: bool = True) -> Committed | None:

@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 from shipyard.errors import InvalidInput
 
 FAULT_KINDS = ("kill", "hang", "straggler", "nan")  # random (chaos.kinds) or scripted
-SCRIPTED_KINDS = (*FAULT_KINDS, "corrupt")  # corrupt: flip a bit in the newest checkpoint
+# corrupt: flip a bit in the newest checkpoint's shard; corrupt-manifest: in its manifest's step
+SCRIPTED_KINDS = (*FAULT_KINDS, "corrupt", "corrupt-manifest")
 
 
 @dataclass(frozen=True)

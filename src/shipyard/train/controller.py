@@ -140,6 +140,8 @@ class Controller:
         if beat.rank == 0:
             self.ledger.step(beat.step, f["step_time"], f["data_wait"], f["stall"], beat.at)
             committed = int(f["committed"])
+            if committed < self.run.checkpoint_step:  # the newest was refused: say why
+                self._report_corrupt()
             self.ledger.commit(committed)
             self.run.step, self.run.checkpoint_step = beat.step, committed
         now = time.time()

@@ -4,7 +4,8 @@ Signals: SIGUSR1 dumps every thread's Python stack (faulthandler, which works ev
 thread is blocked inside a collective), SIGUSR2 makes the rank stop progressing (a hang),
 SIGRTMIN+1 slows it 1.5× (a straggler), SIGRTMIN+2 poisons its next loss with NaN. Kills need no
 help from the rank: the controller sends SIGKILL. A scripted `corrupt` fault flips one bit in the
-middle of this rank's shard of the newest committed checkpoint (bit rot, for verified recovery).
+middle of this rank's shard of the newest committed checkpoint (bit rot, for verified recovery);
+`corrupt-manifest` flips the lowest bit of its manifest's step (20 reads 21: a manifest that lies).
 """
 
 import faulthandler
@@ -70,6 +71,9 @@ class FaultState:
         elif kind == "corrupt":
             self.settle()
             flip_a_bit(self.checkpoints, self.rank)
+        elif kind == "corrupt-manifest":
+            self.settle()
+            flip_the_step(self.checkpoints)
 
     def before_step(self, step: int, data_step: int) -> None:
         """Fire the scripted faults due at this step, then stall here if hung."""
@@ -116,3 +120,19 @@ def flip_a_bit(checkpoints: Path, rank: int) -> None:
         byte = file.read(1)[0]
         file.seek(shard.digest.size // 2)
         file.write(bytes([byte ^ 0x04]))
+
+
+def flip_the_step(checkpoints: Path) -> None:
+    """Flip the lowest bit of the last digit of the newest committed manifest's top-level step
+    (canonical JSON sorts it last but `tensors` and `world_size`, which hold no `"step":`)."""
+    from shipyard.checkpoint import latest_committed  # torch: only for a rank that needs it
+    from shipyard.checkpoint.manifest import MANIFEST
+
+    found = latest_committed(checkpoints, verify=False)
+    if found is None:
+        return
+    path = found.path / MANIFEST
+    raw = bytearray(path.read_bytes())
+    at = raw.rindex(b'"step":') + len(b'"step":') + len(str(found.step)) - 1
+    raw[at] ^= 0x01
+    path.write_bytes(bytes(raw))

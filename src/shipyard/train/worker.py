@@ -36,7 +36,6 @@ from shipyard.checkpoint import (
     Retention,
     latest_committed,
 )
-from shipyard.checkpoint import restore_from_peers as peer_restore
 from shipyard.errors import IntegrityError, NotFound
 from shipyard.loader import LoaderSpec, Sampler, Source
 from shipyard.train.config import ModelConfig, TrainConfig
@@ -196,7 +195,9 @@ class Rank:
             return None
         if self.job.peers:
             try:
-                loaded = peer_restore(self.job.peers, manifest=stored.manifest)
+                loaded = self.manager.restore_from_peers(
+                    manifest=stored.manifest, addresses=self.job.peers
+                )
                 self.restored_from = "peers"
                 return loaded
             except Exception as exc:  # any peer trouble: storage has the same bits
