@@ -15,7 +15,7 @@ from shipyard.db import parse_url
 
 
 def open_catalog(uri: str) -> Catalog:
-    """The catalog a URI names: `sqlite:///path/catalog.db`, a plain file path, or
+    """The catalog a URI names: `sqlite:///path/catalog.db`, an absolute file path, or
     `postgresql://user@host/dbname`."""
     url = parse_url(uri)
     if url.dialect == "postgresql":

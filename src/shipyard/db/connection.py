@@ -87,7 +87,7 @@ class Database:
                 application_name="shipyard",
             )
         except psycopg.Error as exc:
-            raise DatabaseUnavailable(f"cannot connect to {self}: {_first_line(exc)}") from None
+            raise DatabaseUnavailable(f"cannot connect to {self}: {self._said(exc)}") from None
         self._listening.clear()
         return self._pg
 
@@ -218,6 +218,10 @@ class Database:
 
     # Errors
 
+    def _said(self, exc: Exception) -> str:
+        """The driver's first line about `exc`, with no password of the URL in it."""
+        return self.url.scrub(_first_line(exc))
+
     def _error(self, exc: Exception) -> StorageError:
         if isinstance(exc, sqlite3.Error):
             return StorageError(
@@ -232,8 +236,8 @@ class Database:
         ):
             if self._pg is not None:
                 self._pg.close()
-            return DatabaseUnavailable(f"{self} is unreachable: {_first_line(exc)}")
-        return StorageError(f"{self}: {_first_line(exc)}")
+            return DatabaseUnavailable(f"{self} is unreachable: {self._said(exc)}")
+        return StorageError(f"{self}: {self._said(exc)}")
 
 
 def _as_dicts(description: Any, rows: list[Any]) -> list[dict[str, Any]]:
