@@ -130,3 +130,9 @@ def test_driver_errors_do_not_show_the_password(text: str) -> None:
         Database(text)
     assert "s3cretpw" not in str(failed.value)
     assert "127.0.0.1" in str(failed.value)
+
+
+def test_a_driver_message_loses_the_password_as_written_and_decoded() -> None:
+    url = parse_url("postgresql://alice:p%40ss%2Fw0rd@db/x?sslpassword=k3y-pass")
+    said = url.scrub('password "p@ss/w0rd" and key "k3y-pass" refused for p%40ss%2Fw0rd')
+    assert said == 'password "***" and key "***" refused for ***'
