@@ -2,6 +2,10 @@
 is quarantined by stage and name, the run goes on, and the report lists it as timed out."""
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -13,12 +17,14 @@ from shipyard.data.batch import Quarantine
 from shipyard.data.config import (
     DecontamConfig,
     ExecutorConfig,
+    ExtractConfig,
     FilterConfig,
     PiiConfig,
     TokenizeConfig,
     from_dict,
 )
 from shipyard.data.stages import get_stage
+from shipyard.data.stages.extract import register_extractor
 from shipyard.data.warcpack import Page
 from shipyard.errors import InvalidInput
 from shipyard.workspace import Workspace
@@ -122,3 +128,43 @@ def test_filters_with_every_rule_off_do_not_split_words() -> None:
 def test_a_timeout_must_be_positive(section: str) -> None:
     with pytest.raises(InvalidInput, match=f"{section}.timeout_s must be positive"):
         from_dict(PipelineConfig, {"name": "t", "inputs": ["x"], section: {"timeout_s": 0}})
+
+
+def _burn(html: str, main: bool) -> str:
+    """A fixed amount of CPU work per page: what a healthy but large page costs."""
+    rounds = int(html.split("BURN-")[1].split("<")[0])
+    total = 0
+    for i in range(rounds):
+        total += i * i
+    return f"burned {total % 7}"
+
+
+# busy until its parent is gone, so it cannot outlive a killed test run
+SPIN = "import os\nparent = os.getppid()\nwhile os.getppid() == parent: pass"
+
+
+def test_load_does_not_turn_a_healthy_record_into_a_timeout() -> None:
+    """Two dozen busy processes share the record's CPU: by the clock it takes some 25 times its
+    own CPU time, which is all a record is charged; its budget is 8 times that."""
+    register_extractor("burn", _burn)
+    rounds = 1_000_000
+    cpu = 0.0
+    for _ in range(3):  # the slowest of three, on this machine as it is now
+        started = time.thread_time()
+        expected = _burn(f"BURN-{rounds}<", True)
+        cpu = max(cpu, time.thread_time() - started)
+    config = PipelineConfig("t", ("x",), extract=ExtractConfig(engine="burn", timeout_s=8 * cpu))
+    batch = {"doc_id": ["a", "b"], "html": [f"<p>BURN-{rounds}</p>".encode()] * 2}
+    cpu_set = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(cpu_set)})  # the load and the record on one CPU
+    busy = [subprocess.Popen([sys.executable, "-c", SPIN]) for _ in range(24)]
+    try:
+        quarantine = Quarantine("f")
+        out = get_stage("extract")(config).process(batch, quarantine)
+    finally:
+        for proc in busy:
+            proc.kill()
+            proc.wait()
+        os.sched_setaffinity(0, cpu_set)
+    assert quarantine.rows == []
+    assert out["text"] == [expected, expected]

@@ -5,12 +5,18 @@ in native code (a deeply nested page keeps resiliparse busy for minutes). `Isola
 worker that inherits the function and its data; the parent sends a row index, waits up to the
 timeout for the answer, and on a timeout kills the worker (SIGKILL reaches native code too) and
 forks a fresh one for the next record. A worker that crashes costs its record the same way.
+
+A record is charged the CPU time of its worker plus the time the worker spent asleep or blocked
+(`/proc/<pid>/stat`), never the time it waited for a CPU: on a loaded machine a healthy record
+takes longer by the clock but not by this measure, so load does not turn a healthy record into a
+timeout, and a hang is still cut after its budget whether it spins or sleeps.
 """
 
 import contextlib
 import ctypes
 import os
 import signal
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, Generic, TypeVar
@@ -18,7 +24,39 @@ from typing import Any, Generic, TypeVar
 T = TypeVar("T")
 
 _PR_SET_PDEATHSIG = 1  # Linux prctl option
+_LOOK_S = 0.1  # how often a waiting parent samples its worker
 TIMEOUT = "timeout after "  # how a timed-out record's quarantine reason starts
+
+
+class _Charge:
+    """Seconds a worker is charged for its record: its CPU time, plus the time it spent asleep
+    or blocked (sampled at each look: a hang that sleeps is a hang too), never the time it
+    waited for a CPU. Without /proc, the clock's seconds."""
+
+    _TICK = os.sysconf("SC_CLK_TCK")
+
+    def __init__(self, pid: int) -> None:
+        self._path = f"/proc/{pid}/stat"
+        self._last = time.monotonic()
+        _, self._cpu0 = self._sample()
+        self._blocked = 0.0
+
+    def _sample(self) -> tuple[str, float]:
+        """(state letter, CPU seconds) of the worker."""
+        try:
+            with open(self._path) as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            return fields[0], (int(fields[11]) + int(fields[12])) / self._TICK
+        except (OSError, IndexError, ValueError):
+            return "S", 0.0  # gone, or no /proc: count the clock
+
+    def seconds(self) -> float:
+        now = time.monotonic()
+        state, cpu = self._sample()
+        if state in "SDT":  # not running nor waiting to run since the last look, near enough
+            self._blocked += now - self._last
+        self._last = now
+        return cpu - self._cpu0 + self._blocked
 
 
 class RecordTimeout(Exception):
@@ -73,10 +111,17 @@ class Isolated(Generic[T]):
 
     def call(self, index: int) -> T:
         conn = self._worker()
+        assert self._pid is not None
         conn.send(index)
-        if not conn.poll(self._timeout_s):
-            self._kill()
-            raise RecordTimeout(f"{TIMEOUT}{self._timeout_s:g}s in {self._stage}")
+        charge = _Charge(self._pid)
+        used = 0.0
+        # the charge never runs ahead of the clock, so waiting out what is left cannot overshoot;
+        # short looks keep the sampling of sleep fine
+        while not conn.poll(min(max(self._timeout_s - used, 0.01), _LOOK_S)):
+            used = charge.seconds()
+            if used >= self._timeout_s:
+                self._kill()
+                raise RecordTimeout(f"{TIMEOUT}{self._timeout_s:g}s in {self._stage}")
         try:
             ok, payload = conn.recv()
         except EOFError:
