@@ -151,6 +151,26 @@ def test_a_tampered_ciphertext_piece_is_named(
     assert [(p.path, p.piece_index, p.reason) for p in problems] == [("weights.bin", 1, "corrupt")]
 
 
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [("truncate", r"has 999 bytes, the manifest says"), ("delete", r"is missing from")],
+)
+def test_a_truncated_or_missing_piece_is_named(
+    pieces: PieceStore, secret_dir: Path, tmp_path: Path, damage: str, message: str
+) -> None:
+    key = os.urandom(32)
+    manifest = put_tree(pieces, secret_dir, "model", piece_size=PIECE, encrypt_with=ring(key))
+    victim = manifest.files[-1].pieces[0]
+    if damage == "truncate":
+        data = pieces.backend.get(piece_key(victim.hash))
+        pieces.backend.put(piece_key(victim.hash), data[:999])
+    else:
+        pieces.backend.delete(piece_key(victim.hash))
+    with pytest.raises(IntegrityError, match=r"weights\.bin: piece 0 .*" + message):
+        materialize(pieces, manifest, tmp_path / "out", keys=ring(key))
+    assert not (tmp_path / "out").exists()
+
+
 def forge(manifest: Manifest, key: bytes, files: tuple[FileEntry, ...]) -> Manifest:
     """`manifest` with other files, its whole-manifest tag made again with the key: what an
     attacker could do only if that outer tag were broken. The pieces' own tags must still hold."""
