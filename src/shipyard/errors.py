@@ -51,4 +51,4 @@ class Untrusted(ShipyardError):
     """An artifact the trust policy refuses: unsigned where signatures are required, signed by a
     key not allowed to sign it, or with a signature that does not verify."""
 
-    exit_code = 7
+    exit_code = 8

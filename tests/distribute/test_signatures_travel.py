@@ -67,7 +67,7 @@ def test_a_signature_reaches_the_puller_through_a_peer(
         LocalBackend(seed_store), good.id
     )
     refused = pull(host.address, unsigned.id, tmp_path / "no")
-    assert refused.returncode == 7, refused.stderr
+    assert refused.returncode == 8, refused.stderr
     assert "it is not signed" in refused.stderr and "Traceback" not in refused.stderr
     assert not (tmp_path / "no").exists()
 
@@ -86,7 +86,7 @@ def test_a_peer_cannot_pass_off_another_artifacts_signature(
     seeder = cluster.seeder("seed", [], seed_store).start()
     host = cluster.peer("host", [seeder.address]).start()
     done = pull(host.address, evil.id, tmp_path / "out")
-    assert done.returncode == 7, done.stderr
+    assert done.returncode == 8, done.stderr
     assert "it is not signed" in done.stderr  # the host dropped the mismatched file
     assert read_signatures(LocalBackend(host.store), evil.id) is None
     assert not (tmp_path / "out").exists()

@@ -29,7 +29,7 @@ def audit(cli: Cli, *args: str) -> list[dict[str, object]]:
 
 
 def refused(done: subprocess.CompletedProcess[str], words: str) -> None:
-    assert done.returncode == 7, (done.stdout, done.stderr)
+    assert done.returncode == 8, (done.stdout, done.stderr)
     assert done.stderr.startswith("error: ") and words in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
 

@@ -61,12 +61,12 @@ def test_a_checkpoint_import_refuses_an_unsigned_checkpoint(
     tokenizer.write_text("{}")
     command = ("model", "import", "checkpoint", "ckpt", "--tokenizer", str(tokenizer))
     refused = cli(*command)
-    assert refused.returncode == 7, refused.stderr
+    assert refused.returncode == 8, refused.stderr
     assert "checkpoint" in refused.stderr and "it is not signed" in refused.stderr
     # Signed, it passes the gate and fails further on: these files are no checkpoint.
     assert cli("trust", "sign", "ckpt", "--key", str(private)).returncode == 0
     passed = cli(*command)
-    assert passed.returncode not in (0, 7), passed.stderr
+    assert passed.returncode not in (0, 8), passed.stderr
     events = [json.loads(line) for line in cli("audit", "ls", "--json").stdout.splitlines()]
     assert [(e["action"], e["outcome"]) for e in events] == [
         ("load", "refused"),
@@ -89,7 +89,7 @@ def test_signatures_live_beside_manifests_in_s3(
     put = cli("artifact", "put", str(model_files), "--kind", "model")
     assert put.returncode == 0, put.stderr
     artifact = put.stdout.split()[-1]
-    assert cli("artifact", "get", artifact, str(tmp_path / "a")).returncode == 7
+    assert cli("artifact", "get", artifact, str(tmp_path / "a")).returncode == 8
     assert cli("trust", "sign", artifact, "--key", str(private)).returncode == 0
     assert open_backend(s3_store_uri).stat(signatures_key(artifact)) is not None
     done = cli("artifact", "get", artifact, str(tmp_path / "b"))

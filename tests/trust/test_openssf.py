@@ -94,14 +94,14 @@ def test_a_directory_model_signing_signs_verifies_with_shipyard(
         .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
     )
     wrong_key = cli(*check, "--key", str(stranger))
-    assert wrong_key.returncode == 7 and "fails" in wrong_key.stderr
+    assert wrong_key.returncode == 8 and "fails" in wrong_key.stderr
     (materialized / "model.safetensors").write_bytes(b"tampered")
     tampered = cli(*check, "--key", str(keys / "key.pub"))
-    assert tampered.returncode == 7, tampered.stderr
+    assert tampered.returncode == 8, tampered.stderr
     assert len(tampered.stderr.strip().splitlines()) == 1 and "Traceback" not in tampered.stderr
     signature.write_bytes(b"not a bundle")
     garbage = cli(*check, "--key", str(keys / "key.pub"))
-    assert garbage.returncode == 7 and "Traceback" not in garbage.stderr, garbage.stderr
+    assert garbage.returncode == 8 and "Traceback" not in garbage.stderr, garbage.stderr
 
 
 def test_sign_dir_wants_an_ecdsa_key(cli: Cli, materialized: Path, shipyard_home: Path) -> None:

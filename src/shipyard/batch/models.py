@@ -18,6 +18,8 @@ from tokenizers import Tokenizer
 from shipyard.batch.encoder import Backend, OrtBackend, SentenceTransformerBackend
 from shipyard.errors import InvalidInput, StorageError
 from shipyard.home import shipyard_home
+from shipyard.trust.audit import Reader
+from shipyard.trust.gate import Read, admit
 from shipyard.workspace import Workspace
 
 ONNX_FILE = "model.onnx"
@@ -54,8 +56,10 @@ def import_minilm(ws: Workspace, name: str = "all-minilm-l6-v2") -> str:
 
 def cached(ws: Workspace, ref: str) -> Path:
     """The artifact's files in `$SHIPYARD_HOME/batch/cache/<id>`, materialized (and verified)
-    once; concurrent workers each build a copy and the first rename wins."""
+    once; concurrent workers each build a copy and the first rename wins. The trust policy is
+    asked, and the read audited, every time, cached or not."""
     artifact_id = ws.resolve(ref)
+    admit(ws, Read(artifact_id, ref, "load", Reader(service="batch")))
     root = shipyard_home() / "batch" / "cache"
     dest = root / artifact_id
     if dest.is_dir():

@@ -2,7 +2,7 @@
 
 `artifact get`, `pull`, a checkpoint load, `model import` and a replica's start all call `admit`
 before they use a byte of the artifact. It writes one audit event whatever the verdict, and
-raises `Untrusted` (exit 7) when the policy refuses the artifact.
+raises `Untrusted` (exit 8) when the policy refuses the artifact.
 """
 
 from dataclasses import dataclass, field

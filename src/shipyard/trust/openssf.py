@@ -66,7 +66,7 @@ def sign_directory(directory: Path, private_key: Path, signature: Path | None = 
 
 
 def verify_directory(directory: Path, public_key: Path, signature: Path | None = None) -> Path:
-    """Check the signature of `directory` by `public_key`; `Untrusted` (exit 7) if it fails."""
+    """Check the signature of `directory` by `public_key`; `Untrusted` (exit 8) if it fails."""
     model_signing = _library()
     signature = _signature_path(directory, signature)
     load_public_key(public_key)  # refused by name before the library sees it
