@@ -15,6 +15,7 @@ The last line is JSON: `value` = leaked processes + mounts + cgroups + records (
 """
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -25,15 +26,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from sandbox_start import ServiceProcess
+from shipyard import children
 from shipyard.errors import ShipyardError
 from shipyard.sandbox import Host, Limits
 from shipyard.sandbox.client import Client
+from shipyard.sandbox.leaks import Leaks
 from shipyard.sandbox.server import socket_path
 
 LEASE_S = 2.0
 LIMITS = Limits(memory_mib=128, pids=32, disk_mib=16)
+STALL_S = 120.0  # no episode finished for this long: the run is broken, say so and stop
+MAX_DEATHS = 20  # drivers that died on their own (not killed here) before the run gives up
 
 
 def drive(path: Path, seed: int) -> None:
@@ -54,12 +60,135 @@ def drive(path: Path, seed: int) -> None:
             time.sleep(0.2)
 
 
-def start_driver(path: Path, seed: int) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, __file__, "--driver", str(path), "--seed", str(seed)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+class Drivers:
+    """Driver processes, each in a process group of its own that dies with this process, and
+    the episodes they report."""
+
+    def __init__(self, path: Path, rng: random.Random) -> None:
+        self.path = path
+        self.rng = rng
+        self.selector = selectors.DefaultSelector()
+        self.running: list[subprocess.Popen[bytes]] = []
+        self.killed = 0
+        self.died = 0
+
+    def add(self) -> None:
+        seed = str(self.rng.randrange(1 << 30))
+        argv = [sys.executable, __file__, "--driver", str(self.path), "--seed", seed]
+        driver = children.spawn(argv, stdout=subprocess.PIPE)
+        assert driver.stdout is not None
+        self.selector.register(driver.stdout.fileno(), selectors.EVENT_READ, driver)
+        self.running.append(driver)
+
+    def kill(self, driver: subprocess.Popen[bytes]) -> None:
+        """SIGKILL a driver's group, maybe mid-episode: its sandbox is left to the reaper. Safe
+        to call again on a driver whose kill was interrupted."""
+        assert driver.stdout is not None
+        if not driver.stdout.closed:
+            with contextlib.suppress(KeyError):
+                self.selector.unregister(driver.stdout.fileno())
+        if driver.returncode is None:  # once waited for, its group's number may be reused
+            children.reap(driver)
+        driver.stdout.close()
+        if driver in self.running:
+            self.running.remove(driver)
+
+    def finished(self, timeout: float) -> int:
+        """Episodes finished within `timeout`. Every ready pipe is read here, before the caller
+        acts on any (it may kill a driver whose pipe was in the same batch); a driver that died
+        on its own is replaced."""
+        finished = 0
+        for key, _ in self.selector.select(timeout):
+            data = os.read(key.fd, 1 << 16)  # whole lines: a driver writes one per flush
+            if data:
+                finished += data.count(b"\n")
+                continue
+            self.died += 1
+            if self.died > MAX_DEATHS:
+                raise SystemExit(f"{self.died} drivers died on their own: see their stderr above")
+            self.kill(key.data)
+            self.add()
+        return finished
+
+    def close(self) -> None:
+        for driver in list(self.running):
+            self.kill(driver)
+        self.selector.close()
+
+
+def run(
+    home: Path, service: ServiceProcess, episodes: int, args: argparse.Namespace
+) -> dict[str, Any]:
+    """The measured run: episodes under driver and service kills, then what is left."""
+    rng = random.Random(args.seed)
+    path = socket_path(home)
+    drivers = Drivers(path, rng)
+    try:
+        service.start()
+        for _ in range(args.drivers):
+            drivers.add()
+        done = 0
+        service_kills = [episodes // 3, 2 * episodes // 3]
+        started = last = time.monotonic()
+        while done < episodes:
+            for _ in range(drivers.finished(1.0)):
+                done += 1
+                last = time.monotonic()
+                if rng.random() < args.kill_rate:
+                    drivers.kill(rng.choice(drivers.running))
+                    drivers.killed += 1
+                    drivers.add()
+            if time.monotonic() - last > STALL_S:
+                raise SystemExit(f"no episode finished in {STALL_S:.0f} s (see {service.log})")
+            if service_kills and done >= service_kills[0]:
+                service_kills.pop(0)
+                service.kill()
+                print(f"{done} episodes: service SIGKILLed, restarting", file=sys.stderr)
+                service.start()
+        drivers.killed += len(drivers.running)
+        drivers.close()
+        seconds = time.monotonic() - started
+    finally:
+        drivers.close()
+    with Client(path) as client:  # the reaper takes what the killed drivers left
+        deadline = time.monotonic() + 10 * LEASE_S
+        while client.status()["active"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        status = client.status()
+    service.stop()
+    leaks = count_leaks(home)
+    return {
+        "seconds": seconds,
+        "episodes": done,
+        "drivers_killed": drivers.killed,
+        "drivers_died": drivers.died,
+        "reaped": status["reaped"],
+        "leaks": leaks,
+    }
+
+
+def count_leaks(home: Path) -> Leaks:
+    host = Host(home)
+    try:
+        return host.leaks()
+    finally:
+        host.close()
+
+
+def clean(home: Path) -> None:
+    """Remove whatever sandboxes of `home` left (records, cgroups), as the next service would."""
+    host = Host(home)
+    try:
+        host.reap_orphans()
+    finally:
+        host.close()
+
+
+def _terminated(number: int, frame: object) -> None:
+    """SIGTERM ends the run as Ctrl-C does, through the cleanup, which a second one does not
+    interrupt."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    sys.exit(128 + number)
 
 
 def main() -> None:
@@ -68,76 +197,29 @@ def main() -> None:
     parser.add_argument("--drivers", type=int, default=4, help="driver processes at once")
     parser.add_argument("--kill-rate", type=float, default=0.02, help="driver kills per episode")
     parser.add_argument("--force", action="store_true", help="full size even on a busy host")
+    parser.add_argument("--home", type=Path, help="the service's home (default: a temporary one)")
     parser.add_argument("--driver", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help="random seed")
     args = parser.parse_args()
     if args.driver:
         drive(args.driver, args.seed)
         return
+    signal.signal(signal.SIGTERM, _terminated)
     episodes, note = args.episodes, ""
     load = os.getloadavg()[0]
     if load > 2.5 and not args.force:
         episodes = max(40, episodes // 4)
         note = f"host busy (load {load:.1f} > 2.5): reduced to {episodes} episodes"
         print(note, file=sys.stderr)
-    rng = random.Random(args.seed)
-    with tempfile.TemporaryDirectory(prefix="sandbox-leaks-") as tmp:
-        home = Path(tmp) / "home"
+    with contextlib.ExitStack() as stack:
+        home = args.home or Path(stack.enter_context(tempfile.TemporaryDirectory())) / "home"
         service = ServiceProcess(home, "--pool-min", "2", "--lease-s", str(LEASE_S))
-        service.start()
-        path = socket_path(home)
-        selector = selectors.DefaultSelector()
-        drivers: list[subprocess.Popen[str]] = []
-
-        def add_driver() -> None:
-            driver = start_driver(path, rng.randrange(1 << 30))
-            assert driver.stdout is not None
-            selector.register(driver.stdout, selectors.EVENT_READ, driver)
-            drivers.append(driver)
-
-        def kill_driver(driver: subprocess.Popen[str]) -> None:
-            driver.send_signal(signal.SIGKILL)
-            driver.wait()
-            assert driver.stdout is not None
-            selector.unregister(driver.stdout)
-            driver.stdout.close()
-            drivers.remove(driver)
-
-        for _ in range(args.drivers):
-            add_driver()
-        done = killed_drivers = 0
-        service_kills = [episodes // 3, 2 * episodes // 3]
-        started = time.monotonic()
-        while done < episodes:
-            for key, _ in selector.select(1.0):
-                line = key.fileobj.readline()  # type: ignore[union-attr]
-                if not line:
-                    continue
-                done += 1
-                if rng.random() < args.kill_rate:
-                    kill_driver(rng.choice(drivers))
-                    killed_drivers += 1
-                    add_driver()
-            if service_kills and done >= service_kills[0]:
-                service_kills.pop(0)
-                service.kill()
-                print(f"{done} episodes: service SIGKILLed, restarting", file=sys.stderr)
-                service.start()
-        for driver in list(drivers):
-            kill_driver(driver)
-            killed_drivers += 1
-        seconds = time.monotonic() - started
-        with Client(path) as client:  # the reaper takes what the killed drivers left
-            deadline = time.monotonic() + 10 * LEASE_S
-            while client.status()["active"] and time.monotonic() < deadline:
-                time.sleep(0.1)
-            status = client.status()
-        service.stop()
-        host = Host(home)
         try:
-            leaks = host.leaks()
-        finally:
-            host.close()
+            report = run(home, service, episodes, args)
+        finally:  # whatever happened, nothing of this run stays behind
+            service.kill()
+            clean(home)
+    leaks: Leaks = report.pop("leaks")
     counts = {
         "processes": len(leaks.processes),
         "mounts": len(leaks.mounts),
@@ -145,8 +227,9 @@ def main() -> None:
         "records": len(leaks.records),
     }
     print(
-        f"{done} episodes in {seconds:.0f} s; drivers SIGKILLed: {killed_drivers}; service "
-        f"SIGKILLed: 2; reaped by the last run: {status['reaped']}; left: {counts}",
+        f"{report['episodes']} episodes in {report.pop('seconds'):.0f} s; drivers SIGKILLed: "
+        f"{report['drivers_killed']}; service SIGKILLed: 2; reaped by the last run: "
+        f"{report['reaped']}; left: {counts}",
         file=sys.stderr,
     )
     print(
@@ -157,10 +240,8 @@ def main() -> None:
                 "unit": "leaked processes + mounts + cgroups + records",
                 "baseline": 0,
                 **counts,
-                "episodes": done,
-                "drivers_killed": killed_drivers,
+                **report,
                 "service_kills": 2,
-                "reaped": status["reaped"],
                 "load": round(load, 2),
                 "reduced": bool(note),
             }

@@ -15,6 +15,7 @@ The last line is JSON: `value` is Shipyard's sequential p50 in ms, `baseline` ra
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -26,6 +27,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from shipyard import children
 from shipyard.sandbox import Limits, Outcome
 from shipyard.sandbox.client import Client
 from shipyard.sandbox.image import host_mounts
@@ -37,11 +39,13 @@ LIMITS = Limits(memory_mib=256, pids=64, cpus=1.0, disk_mib=64)
 
 
 class ServiceProcess:
-    """`shipyard sandbox serve` as a child process on `home` (the leak benchmark kills it)."""
+    """`shipyard sandbox serve` as a child process on `home` (the leak benchmark kills it), in a
+    process group of its own, with its sandboxes, that dies with this process."""
 
     def __init__(self, home: Path, *options: str) -> None:
         self.home = home
         self.options = options
+        self.log = home / "serve.log"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -50,23 +54,30 @@ class ServiceProcess:
         env = {**os.environ, "SHIPYARD_HOME": str(self.home)}
         command = [sys.executable, "-m", "shipyard", "sandbox", "serve", *self.options]
         self.home.mkdir(parents=True, exist_ok=True)
-        with open(self.home / "serve.log", "ab") as log:
-            self.process = subprocess.Popen(command, env=env, stderr=log)
+        with open(self.log, "ab") as log:
+            self.process = children.spawn(
+                command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log
+            )
         deadline = time.monotonic() + 60
         while not path.exists():
             if self.process.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit((self.home / "serve.log").read_text())
+                self.kill()
+                raise SystemExit(f"the service did not start:\n{self.log.read_text()[-3000:]}")
             time.sleep(0.02)
 
     def kill(self) -> None:
-        assert self.process is not None
-        self.process.kill()
-        self.process.wait()
+        """SIGKILL the service and everything in its group (idempotent)."""
+        if self.process is not None:
+            children.reap(self.process)
+            self.process = None  # its group's number may be reused: never signal it again
 
     def stop(self) -> None:
+        """SIGTERM the service, let it shut down, then end whatever is left of its group."""
         if self.process and self.process.poll() is None:
             self.process.terminate()
-            self.process.wait(120)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(120)
+        self.kill()
 
 
 def shipyard_episode(client: Client) -> float:
