@@ -113,6 +113,7 @@ def test_a_signature_comes_from_an_http_origin(
     [
         (7, "not base64 of at most"),
         ("A" * (2 * MAX_FILE_BYTES + 4), "not base64 of at most"),
+        (base64.b64encode(b"x" * (MAX_FILE_BYTES + 1)).decode(), "not base64 of at most"),
         ("not base64!", "not base64"),
     ],
 )

@@ -296,11 +296,13 @@ def _signature_file(value: object) -> bytes | None:
     """The signature file a fetch reply carries, base64 in its header (null: none)."""
     if value is None:
         return None
+    too_large = f"fetch reply: signatures is not base64 of at most {MAX_FILE_BYTES} bytes"
     if not isinstance(value, str) or len(value) > 2 * MAX_FILE_BYTES:
-        raise InvalidInput(
-            f"fetch reply: signatures is not base64 of at most {MAX_FILE_BYTES} bytes"
-        )
+        raise InvalidInput(too_large)
     try:
-        return base64.b64decode(value, validate=True)
+        data = base64.b64decode(value, validate=True)
     except ValueError:
         raise InvalidInput("fetch reply: signatures is not base64") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InvalidInput(too_large)
+    return data
