@@ -7,6 +7,7 @@ import json
 import sys
 from pathlib import Path
 
+from shipyard.cli.argtypes import count
 from shipyard.cli.progress import byte_progress, stderr
 from shipyard.errors import IntegrityError, InvalidInput
 from shipyard.secretfile import write_private_file
@@ -30,7 +31,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         metavar="REF",
         help="an artifact this one was derived from (repeatable)",
     )
-    put.add_argument("--piece-size-mib", type=int, default=16, help="piece size (default 16)")
+    put.add_argument("--piece-size-mib", type=count, default=16, help="piece size (default 16)")
     put.add_argument("--metadata", type=json.loads, default={}, help="a JSON object")
     put.add_argument(
         "--confidential",

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shipyard.cli.argtypes import count, fraction, integer, port, positive
 from shipyard.errors import InvalidInput
 
 
@@ -41,16 +42,18 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         default="onnx",
         help="the encoder's runtime (onnx; onnx-int8 is its own model version)",
     )
-    run.add_argument("--max-tokens", type=int, default=128, help="word pieces per chunk (128)")
-    run.add_argument("--overlap", type=int, default=16, help="tokens shared by chunks (16)")
-    run.add_argument("--token-budget", type=int, default=8192, help="padded tokens a batch (8192)")
-    run.add_argument("--shard-minutes", type=float, default=5.0, help="work per shard (5)")
-    run.add_argument("--workers", type=int, default=1, help="worker processes or Ray tasks (1)")
+    run.add_argument("--max-tokens", type=count, default=128, help="word pieces per chunk (128)")
+    run.add_argument("--overlap", type=integer(0), default=16, help="tokens shared by chunks (16)")
+    run.add_argument(
+        "--token-budget", type=count, default=8192, help="padded tokens a batch (8192)"
+    )
+    run.add_argument("--shard-minutes", type=positive, default=5.0, help="work per shard (5)")
+    run.add_argument("--workers", type=count, default=1, help="worker processes or Ray tasks (1)")
     run.add_argument(
         "--executor", choices=("local", "ray"), default="local", help="worker processes or Ray"
     )
     run.add_argument("--ray-address", help="an existing Ray cluster (default: start one)")
-    run.add_argument("--lease", type=float, default=60.0, help="shard lease seconds (60)")
+    run.add_argument("--lease", type=positive, default=60.0, help="shard lease seconds (60)")
     run.add_argument("--output", type=Path, help="outputs folder ($SHIPYARD_HOME/batch/outputs)")
     run.set_defaults(func=_run)
 
@@ -65,15 +68,15 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     index.add_argument(
         "--kind", choices=("hnsw", "ivf", "flat"), default="hnsw", help="faiss index type (hnsw)"
     )
-    index.add_argument("--ef-search", type=int, default=128, help="HNSW search breadth (128)")
-    index.add_argument("--min-recall", type=float, default=0.95, help="recorded gate (0.95)")
+    index.add_argument("--ef-search", type=count, default=128, help="HNSW search breadth (128)")
+    index.add_argument("--min-recall", type=fraction, default=0.95, help="recorded gate (0.95)")
     index.add_argument("--name", help="alias for the index artifact")
     index.set_defaults(func=_index)
 
     flip = commands.add_parser("flip", help="point a serving alias at an index, past the gate")
     flip.add_argument("alias", help="the serving alias")
     flip.add_argument("index", help="index artifact ref")
-    flip.add_argument("--min-recall", type=float, default=0.95, help="the gate (0.95)")
+    flip.add_argument("--min-recall", type=fraction, default=0.95, help="the gate (0.95)")
     flip.add_argument("--url", help="a running search-serve: it loads, then swaps")
     flip.set_defaults(func=_flip)
 
@@ -85,8 +88,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     serve = commands.add_parser("search-serve", help="answer queries from an alias's index")
     serve.add_argument("alias", help="the serving alias")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (loopback)")
-    serve.add_argument("--port", type=int, default=8650, help="0: any free port (8650)")
-    serve.add_argument("--min-recall", type=float, default=0.95, help="flip gate (0.95)")
+    serve.add_argument("--port", type=port, default=8650, help="0: any free port (8650)")
+    serve.add_argument("--min-recall", type=fraction, default=0.95, help="flip gate (0.95)")
     serve.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host")
     serve.set_defaults(func=_serve)
 

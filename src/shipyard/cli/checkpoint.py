@@ -8,6 +8,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from shipyard.cli.argtypes import integer
+
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     checkpoint = subparsers.add_parser("checkpoint", help="list and verify training checkpoints")
@@ -19,7 +21,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "verify", help="re-hash every shard of a checkpoint; mark it corrupt if one differs"
     )
     verify.add_argument("root", type=Path, help="the run's checkpoint directory")
-    verify.add_argument("--step", type=int, help="default: the latest committed one")
+    verify.add_argument("--step", type=integer(0), help="default: the latest committed one")
     verify.set_defaults(func=_verify)
 
     tokens = subparsers.add_parser("tokens", help="inspect token-shard datasets")

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shipyard.cli.argtypes import count, fraction
 from shipyard.cli.progress import stderr
 from shipyard.workspace import Workspace, shipyard_home
 
@@ -17,12 +18,12 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     run = commands.add_parser("run", help="run a pipeline config (TOML); prints artifact ids")
     run.add_argument("config", type=Path, help="pipeline config, TOML (docs/data.md)")
     run.add_argument("--executor", choices=["local", "ray"], help="override executor.kind")
-    run.add_argument("--workers", type=int, help="override executor.workers")
+    run.add_argument("--workers", type=count, help="override executor.workers")
     run.set_defaults(func=_run)
 
     report = commands.add_parser("report", help="per-stage survival of a run, with drift flags")
     report.add_argument("run", help="run id, unique prefix, or 'latest'")
-    report.add_argument("--threshold", type=float, default=0.05, help="drift flag threshold")
+    report.add_argument("--threshold", type=fraction, default=0.05, help="drift flag threshold")
     report.add_argument("--by", choices=["language", "domain", "crawl"], help="break down by")
     report.add_argument("--json", action="store_true", help="print the raw statistics")
     report.set_defaults(func=_report)

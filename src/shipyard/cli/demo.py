@@ -6,11 +6,13 @@ start-up: every other command, the peer daemon among them, stays fast to start.
 
 import argparse
 
+from shipyard.cli.argtypes import seed
+
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     demo = subparsers.add_parser("demo", help="run Shipyard's main job on embedded defaults")
     demo.add_argument(
-        "--seed", type=int, default=0, help="seed of the generated data and training (default 0)"
+        "--seed", type=seed, default=0, help="seed of the generated data and training (default 0)"
     )
     demo.set_defaults(func=_demo)
 

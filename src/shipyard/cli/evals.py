@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shipyard.cli.argtypes import count, fraction, positive
 from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.home import shipyard_home
 
@@ -21,8 +22,8 @@ def register(subparsers: "argparse._SubParsersAction[Parser]") -> None:
     run = commands.add_parser("run", help="enqueue a model's tasks and work them")
     run.add_argument("model", help="model artifact (id, prefix or alias)")
     run.add_argument("--tasks", required=True, help="comma-separated task names or jsonl:PATH")
-    run.add_argument("--limit", type=int, help="the first N items of each task")
-    run.add_argument("--workers", type=int, default=1, help="worker processes (1: this one)")
+    run.add_argument("--limit", type=count, help="the first N items of each task")
+    run.add_argument("--workers", type=count, default=1, help="worker processes (1: this one)")
     run.add_argument("--enqueue-only", action="store_true", help="enqueue; let workers run it")
     run.add_argument("--report", action="store_true", help="store the report as an artifact")
     run.add_argument("--name", help="alias for the report artifact")
@@ -54,7 +55,7 @@ def register(subparsers: "argparse._SubParsersAction[Parser]") -> None:
     alert.add_argument("baseline", help="baseline model artifact")
     alert.add_argument("checkpoints", nargs="+", help="model artifacts, oldest first")
     alert.add_argument("--task", required=True, help="the task to compare on")
-    alert.add_argument("--k", type=float, default=2.0, help="paired standard errors (2)")
+    alert.add_argument("--k", type=positive, default=2.0, help="paired standard errors (2)")
     alert.set_defaults(func=_alert)
 
     rescore = commands.add_parser("rescore", help="score stored outputs with the current judge")
@@ -73,10 +74,10 @@ def register(subparsers: "argparse._SubParsersAction[Parser]") -> None:
         default="arith-mc,arith-gen,rg-basic-arithmetic,humaneval",
         help="full-tier tasks, comma-separated",
     )
-    watch.add_argument("--every", type=int, default=5, help="full tier on every Nth model (5)")
-    watch.add_argument("--interval", type=float, default=5.0, help="seconds between polls")
+    watch.add_argument("--every", type=count, default=5, help="full tier on every Nth model (5)")
+    watch.add_argument("--interval", type=positive, default=5.0, help="seconds between polls")
     watch.add_argument("--tokenizer", type=Path, help="for an alias of trainer checkpoints")
-    watch.add_argument("--n-heads", type=int, help="checkpoints' attention heads, if unrecorded")
+    watch.add_argument("--n-heads", type=count, help="checkpoints' attention heads, if unrecorded")
     watch.set_defaults(func=_watch)
 
     canary = commands.add_parser("canary", help="re-run the reference model if the harness moved")
@@ -89,15 +90,15 @@ def register(subparsers: "argparse._SubParsersAction[Parser]") -> None:
     contam = commands.add_parser("contamination", help="tasks whose items overlap a corpus")
     contam.add_argument("corpus", type=Path, help="a .jsonl (text field) or text file, or a dir")
     contam.add_argument("--tasks", help="comma-separated tasks (default: every registered one)")
-    contam.add_argument("--n", type=int, default=13, help="word n-gram length (13)")
-    contam.add_argument("--threshold", type=float, default=0.01, help="flag at this fraction")
+    contam.add_argument("--n", type=count, default=13, help="word n-gram length (13)")
+    contam.add_argument("--threshold", type=fraction, default=0.01, help="flag at this fraction")
     contam.add_argument("--export", type=Path, help="also write the decontam benchmark file")
     contam.set_defaults(func=_contamination)
 
 
 def _worker_options(parser: Parser) -> None:
-    parser.add_argument("--batch", type=int, default=16, help="items per claim and batch (16)")
-    parser.add_argument("--lease", type=float, default=120.0, help="lease seconds (120)")
+    parser.add_argument("--batch", type=count, default=16, help="items per claim and batch (16)")
+    parser.add_argument("--lease", type=positive, default=120.0, help="lease seconds (120)")
 
 
 def _open() -> tuple[Any, Any]:

@@ -5,6 +5,7 @@ import os
 import sys
 from pathlib import Path
 
+from shipyard.cli.argtypes import count
 from shipyard.errors import InvalidInput
 from shipyard.workspace import Workspace
 
@@ -31,7 +32,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         required=True,
         help="the tokenizer.json the training tokens were made with (or a tokenizer directory)",
     )
-    ckpt.add_argument("--n-heads", type=int, help="attention heads, if the source does not say")
+    ckpt.add_argument("--n-heads", type=count, help="attention heads, if the source does not say")
     ckpt.add_argument("--name", help="alias to point at the artifact")
     ckpt.set_defaults(func=_import_checkpoint)
 

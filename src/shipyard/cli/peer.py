@@ -13,6 +13,7 @@ from typing import Any
 # thread per core as it is imported: a third of the daemon's start-up CPU.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from shipyard.cli.argtypes import count, integer, nonnegative, positive, seconds
 from shipyard.distribute.config import DaemonConfig, parse_address
 from shipyard.distribute.daemon import run_daemon
 
@@ -32,24 +33,24 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     serve.add_argument("--seeds", default="", metavar="HOST:PORT,...", help="peers to join through")
     serve.add_argument("--store", required=True, metavar="URI", help="where this host keeps pieces")
     serve.add_argument("--origin", metavar="URI", help="store URI or http:// base of the origin")
-    serve.add_argument("--upload-limit-mbit", type=float, help="cap on bytes served per second")
+    serve.add_argument("--upload-limit-mbit", type=positive, help="cap on bytes served per second")
     serve.add_argument("--no-fsync", action="store_true", help="skip fsync (scratch stores)")
     serve.add_argument(
         "--max-inflight",
-        type=int,
+        type=count,
         default=DaemonConfig.max_inflight,
         help="piece requests open at once, queued ones included",
     )
     serve.add_argument(
         "--origin-gateways",
-        type=int,
+        type=integer(0),
         default=DaemonConfig.origin_gateways,
         metavar="N",
         help="members that fetch an artifact from the origin (default: %(default)s; 0: all)",
     )
     serve.add_argument(
         "--origin-inflight",
-        type=int,
+        type=count,
         default=DaemonConfig.origin_inflight,
         metavar="N",
         help="piece requests a gateway keeps open to the origin (default: %(default)s)",
@@ -65,14 +66,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     serve.add_argument(
         "--max-connections",
-        type=int,
+        type=count,
         default=DaemonConfig.max_connections,
         metavar="N",
         help="connections open at once; waiting ones make room for new (default: %(default)s)",
     )
     serve.add_argument(
         "--max-connections-per-source",
-        type=int,
+        type=count,
         default=DaemonConfig.max_connections_per_source,
         metavar="N",
         help="connections one address (IPv6: one /64) may hold (default: %(default)s)",
@@ -86,7 +87,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     serve.add_argument(
         "--min-transfer-rate-kib",
-        type=float,
+        type=nonnegative,
         default=DaemonConfig.min_transfer_rate / 1024,
         metavar="N",
         help="KiB/s a piece must average after 1.5 s, or it is cut off (slow: see the docs) "
@@ -94,7 +95,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     serve.add_argument(
         "--isolated-origin-mib",
-        type=float,
+        type=nonnegative,
         default=DaemonConfig.isolated_origin_budget / (1 << 20),
         metavar="N",
         help="MiB a daemon that expects peers but knows none may take from the origin before "
@@ -109,11 +110,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     hops = commands.add_parser("hops", help="how pieces spread, from the daemons' --trace files")
     hops.add_argument("traces", nargs="+", metavar="TRACE", help="trace files of one swarm")
     hops.add_argument(
-        "--since", type=float, default=0.0, metavar="S",
+        "--since", type=seconds, default=0.0, metavar="S",
         help="only pieces whose first copy came at least S seconds after the first request",
     )  # fmt: skip
     hops.add_argument(
-        "--until", type=float, default=float("inf"), metavar="S",
+        "--until", type=seconds, default=float("inf"), metavar="S",
         help="only pieces whose first copy came less than S seconds after the first request",
     )  # fmt: skip
     hops.add_argument("--json", action="store_true", help="print the summary as JSON")

@@ -5,6 +5,7 @@ import json
 import time
 from pathlib import Path
 
+from shipyard.cli.argtypes import seconds
 from shipyard.cli.progress import held_progress, stderr
 from shipyard.distribute.client import PullResult, pull
 from shipyard.distribute.config import parse_address
@@ -31,14 +32,14 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     get.add_argument("--tensors", metavar="PATTERN", help="only tensors matching this glob")
     get.add_argument(
         "--stall-timeout",
-        type=float,
+        type=seconds,
         default=120.0,
         metavar="SECONDS",
         help="give up after this many seconds without progress (default 120)",
     )
     get.add_argument(
         "--wait-daemon",
-        type=float,
+        type=seconds,
         default=10.0,
         metavar="SECONDS",
         help="wait this long for the daemon to listen, if it is starting (default 10)",

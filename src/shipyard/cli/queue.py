@@ -6,10 +6,15 @@ import json
 import sys
 from dataclasses import asdict
 
+from shipyard.cli.argtypes import count, integer, row_id, seconds
 from shipyard.errors import InvalidInput
 from shipyard.queue import ItemRecord, Queue, open_queue
-from shipyard.queue.model import STATES, parse_json
+from shipyard.queue.model import MAX_ATTEMPTS, PRIORITY_RANGE, STATES, parse_json
 from shipyard.queue.worker import Worker, WorkerConfig
+
+ATTEMPTS = integer(1, MAX_ATTEMPTS)
+PRIORITY = integer(*PRIORITY_RANGE)
+LIMIT = integer(1, 100_000)
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -19,7 +24,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     create = commands.add_parser("create", help="create a queue (a no-op if it exists alike)")
     create.add_argument("queue", help="queue name: letters, digits, '_.:-'")
     create.add_argument(
-        "--max-attempts", type=int, default=3, help="claims per item before it is dead (3)"
+        "--max-attempts", type=ATTEMPTS, default=3, help="claims per item before it is dead (3)"
     )
     create.set_defaults(func=_create)
 
@@ -27,20 +32,20 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     put.add_argument("queue", help="the queue")
     put.add_argument("payload", help="the payload as JSON, or - for one JSON value per stdin line")
     put.add_argument("--key", help="idempotency key: an item with this key is added only once")
-    put.add_argument("--priority", type=int, default=0, help="higher is claimed first (0)")
-    put.add_argument("--delay", type=float, default=0.0, help="seconds before it is claimable")
-    put.add_argument("--max-attempts", type=int, help="override the queue's max attempts")
+    put.add_argument("--priority", type=PRIORITY, default=0, help="higher is claimed first (0)")
+    put.add_argument("--delay", type=seconds, default=0.0, help="seconds before it is claimable")
+    put.add_argument("--max-attempts", type=ATTEMPTS, help="override the queue's max attempts")
     put.set_defaults(func=_put)
 
     ls = commands.add_parser("ls", help="list a queue's items, oldest first")
     ls.add_argument("queue", help="the queue")
     ls.add_argument("--state", choices=STATES, help="only items in this state")
-    ls.add_argument("--limit", type=int, default=100, help="at most this many items (100)")
+    ls.add_argument("--limit", type=LIMIT, default=100, help="at most this many items (100)")
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
     ls.set_defaults(func=_ls)
 
     show = commands.add_parser("show", help="one item with the history of its attempts")
-    show.add_argument("item", type=int, help="the item's id")
+    show.add_argument("item", type=row_id, help="the item's id")
     show.add_argument("--json", action="store_true", help="print it as JSON")
     show.set_defaults(func=_show)
 
@@ -52,13 +57,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     dead = commands.add_parser("dead", help="dead-lettered items and why each attempt ended")
     dead.add_argument("queue", help="the queue")
-    dead.add_argument("--limit", type=int, default=100, help="at most this many items (100)")
+    dead.add_argument("--limit", type=LIMIT, default=100, help="at most this many items (100)")
     dead.add_argument("--json", action="store_true", help="one JSON object per line")
     dead.set_defaults(func=_dead)
 
     requeue = commands.add_parser("requeue", help="make dead items claimable again")
     requeue.add_argument("queue", help="the queue")
-    requeue.add_argument("items", nargs="*", type=int, help="item ids (default: every dead one)")
+    requeue.add_argument("items", nargs="*", type=row_id, help="item ids (default: every dead one)")
     requeue.set_defaults(func=_requeue)
 
     worker = commands.add_parser(
@@ -74,17 +79,17 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
 
 def _worker_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lease", type=float, default=60.0, help="lease seconds, renewed (60)")
+    parser.add_argument("--lease", type=seconds, default=60.0, help="lease seconds, renewed (60)")
     parser.add_argument(
         "--payload-env",
         action="store_true",
         help="pass the payload in $SHIPYARD_PAYLOAD instead of on stdin",
     )
-    parser.add_argument("--max-items", type=int, help="stop after completing this many")
+    parser.add_argument("--max-items", type=count, help="stop after completing this many")
     parser.add_argument("--until-empty", action="store_true", help="stop when none is claimable")
     parser.add_argument(
         "--grace",
-        type=float,
+        type=seconds,
         default=30.0,
         help="after SIGTERM, seconds a running command may finish before its item is released",
     )

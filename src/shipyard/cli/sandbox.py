@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from shipyard.cli.argtypes import count, integer, nonnegative, positive
 from shipyard.errors import InvalidInput
 
 
@@ -16,13 +17,15 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     commands = sandbox.add_subparsers(dest="sandbox_command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="serve sandboxes to drivers on a Unix socket")
-    serve.add_argument("--lease-s", type=float, default=15.0, help="default lease (seconds)")
-    serve.add_argument("--ttl-s", type=float, default=600.0, help="default TTL (seconds)")
-    serve.add_argument("--pool-min", type=int, default=2, help="idle sandboxes kept at least")
-    serve.add_argument("--pool-max", type=int, default=32, help="idle sandboxes kept at most")
+    serve.add_argument("--lease-s", type=positive, default=15.0, help="default lease (seconds)")
+    serve.add_argument("--ttl-s", type=positive, default=600.0, help="default TTL (seconds)")
+    serve.add_argument(
+        "--pool-min", type=integer(0), default=2, help="idle sandboxes kept at least"
+    )
+    serve.add_argument("--pool-max", type=count, default=32, help="idle sandboxes kept at most")
     serve.add_argument(
         "--pool-headroom",
-        type=float,
+        type=nonnegative,
         default=1.0,
         help="burst margin over arrival rate × cold start (1.0 = twice that)",
     )
@@ -46,13 +49,13 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
 
     run = commands.add_parser("run", help="run one command in a fresh sandbox; print its output")
     run.add_argument("--image", default="host", help="`host` or an artifact reference")
-    run.add_argument("--memory-mib", type=int, default=256, help="memory cap (MiB)")
-    run.add_argument("--pids", type=int, default=64, help="process cap")
-    run.add_argument("--cpus", type=float, default=1.0, help="CPU cap (cores)")
-    run.add_argument("--disk-mib", type=int, default=64, help="writable layer size (MiB)")
-    run.add_argument("--files", type=int, default=16384, help="writable layer's file cap")
-    run.add_argument("--output-bytes", type=int, default=1 << 20, help="stdout+stderr cap")
-    run.add_argument("--timeout", type=float, default=10.0, help="wall-clock limit (seconds)")
+    run.add_argument("--memory-mib", type=count, default=256, help="memory cap (MiB)")
+    run.add_argument("--pids", type=count, default=64, help="process cap")
+    run.add_argument("--cpus", type=positive, default=1.0, help="CPU cap (cores)")
+    run.add_argument("--disk-mib", type=count, default=64, help="writable layer size (MiB)")
+    run.add_argument("--files", type=count, default=16384, help="writable layer's file cap")
+    run.add_argument("--output-bytes", type=count, default=1 << 20, help="stdout+stderr cap")
+    run.add_argument("--timeout", type=positive, default=10.0, help="wall-clock limit (seconds)")
     run.add_argument(
         "--local", action="store_true", help="start the sandbox here, not through the service"
     )

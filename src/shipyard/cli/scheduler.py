@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from shipyard.cli.argtypes import count, number, port, positive, seed
 from shipyard.errors import InvalidInput
 from shipyard.scheduler.model import PRIORITY_CLASSES, TOPOLOGY_MODES
 
@@ -41,8 +42,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         action="store_true",
         help="allow a --host other than loopback (the token still guards every change)",
     )
-    serve.add_argument("--port", type=int, default=8642, help="TCP port (default 8642)")
-    serve.add_argument("--tick", type=float, default=0.5, help="seconds between passes")
+    serve.add_argument("--port", type=port, default=8642, help="TCP port (default 8642)")
+    serve.add_argument("--tick", type=positive, default=0.5, help="seconds between passes")
     serve.add_argument("--logs", type=Path, help="job logs (default: $SHIPYARD_HOME/jobs)")
     serve.add_argument(
         "--backend", choices=("local", "slurm"), default="local", help="where jobs run"
@@ -61,15 +62,15 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "(the Helios check: per VC, strict, true durations)",
     )
     sim.add_argument(
-        "--load-factor", type=float, default=1.0, help="divide inter-arrival times by this"
+        "--load-factor", type=positive, default=1.0, help="divide inter-arrival times by this"
     )
     sim.add_argument(
         "--overestimate",
-        type=float,
+        type=number(1.0),
         default=4.0,
         help="time limits are the true duration × U, U log-uniform on [1, this] (default 4)",
     )
-    sim.add_argument("--seed", type=int, default=0, help="seed of the time-limit draws")
+    sim.add_argument("--seed", type=seed, default=0, help="seed of the time-limit draws")
     sim.add_argument("--json", action="store_true", help="print the whole report as JSON")
     sim.add_argument(
         "--fragmentation-csv",
@@ -90,8 +91,8 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "submit", parents=[service], help="queue a gang: shipyard job submit ... -- CMD"
     )
     submit.add_argument("--team", required=True, help="team whose quota the job uses")
-    submit.add_argument("--gpus", type=int, required=True, help="GPUs for the whole gang")
-    submit.add_argument("--gpus-per-node", type=int, help="GPUs on every node of the gang")
+    submit.add_argument("--gpus", type=count, required=True, help="GPUs for the whole gang")
+    submit.add_argument("--gpus-per-node", type=count, help="GPUs on every node of the gang")
     submit.add_argument("--gpu-type", default="gpu", help="GPU type (default gpu)")
     classes = ", ".join(PRIORITY_CLASSES)
     submit.add_argument("--priority", default="normal", help=f"class (default ones: {classes})")

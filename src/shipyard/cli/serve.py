@@ -9,6 +9,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from shipyard.cli.argtypes import seconds
+
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     serve = subparsers.add_parser("serve", help="deploy models behind the router; canaries")
@@ -31,7 +33,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     rollout.add_argument("--to", required=True, metavar="REF", help="alias or artifact id")
     rollout.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=3600.0,
         metavar="SECONDS",
         help="give up waiting for the canary after this long (default 3600)",
@@ -42,7 +44,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     rollback.add_argument("name", help="the deployment")
     rollback.add_argument(
         "--timeout",
-        type=float,
+        type=seconds,
         default=120.0,
         metavar="SECONDS",
         help="give up waiting for the controller after this long (default 120)",

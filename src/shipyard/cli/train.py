@@ -8,14 +8,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shipyard.cli.argtypes import count, positive
+
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     train = subparsers.add_parser("train", help="run and inspect fault-tolerant training runs")
     commands = train.add_subparsers(dest="train_command", required=True, metavar="COMMAND")
     run = commands.add_parser("run", help="start a run from a TOML/JSON config and drive it")
     run.add_argument("config", type=Path, help="the run config, TOML or JSON (docs/train.md)")
-    run.add_argument("--nprocs", type=int, required=True, help="ranks (data-parallel world size)")
-    run.add_argument("--chaos", type=float, metavar="MTBF_S", help="inject random faults")
+    run.add_argument("--nprocs", type=count, required=True, help="ranks (data-parallel world size)")
+    run.add_argument("--chaos", type=positive, metavar="MTBF_S", help="inject random faults")
     run.add_argument("--alias", help="move this alias to the model artifact on success")
     run.set_defaults(func=_run)
     attach = commands.add_parser("attach", help="re-attach a controller to a run (after a crash)")

@@ -7,6 +7,7 @@ import re
 import time
 from pathlib import Path
 
+from shipyard.cli.argtypes import count, row_id
 from shipyard.errors import InvalidInput, NotFound, Untrusted
 from shipyard.workspace import Workspace
 
@@ -70,11 +71,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     ls.add_argument("--action", help="only get, pull, load, import or serve")
     ls.add_argument("--outcome", choices=("allowed", "warned", "refused"))
     ls.add_argument("--since", metavar="WHEN", help="30m, 2h, 7d, or an ISO date/time (UTC)")
-    ls.add_argument("--limit", type=int, default=100, help="at most this many (default 100)")
+    ls.add_argument("--limit", type=count, default=100, help="at most this many (default 100)")
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
     ls.set_defaults(func=_audit_ls)
     show = audit_commands.add_parser("show", help="every field of one event")
-    show.add_argument("id", type=int)
+    show.add_argument("id", type=row_id)
     show.set_defaults(func=_audit_show)
 
 

@@ -3,11 +3,13 @@
 import argparse
 from pathlib import Path
 
+from shipyard.cli.argtypes import port
+
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     ui = subparsers.add_parser("ui", help="serve the web console (loopback by default)")
     ui.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    ui.add_argument("--port", type=int, default=8643, help="TCP port (default 8643)")
+    ui.add_argument("--port", type=port, default=8643, help="TCP port (default 8643)")
     ui.add_argument(
         "--allow-remote",
         action="store_true",
