@@ -406,11 +406,11 @@ def _sealed_manifest() -> Manifest:
         refs, seals = [], []
         for index, offset in enumerate(range(0, len(blob), 64)):
             chunk = memoryview(blob[offset : offset + 64])
-            ciphertext, seal = sealer.seal_piece(
+            with sealer.seal_piece(
                 chunk, path=path, index=index, offset=offset, file_size=len(blob)
-            )
-            refs.append(PieceRef(sha256_hex(ciphertext), offset, len(chunk)))
-            seals.append(seal)
+            ) as (ciphertext, seal):
+                refs.append(PieceRef(sha256_hex(ciphertext), offset, len(chunk)))
+                seals.append(seal)
         entries.append(FileEntry(path, len(blob), 0o644, tuple(refs), tuple(seals)))
     plain = Manifest("model", 64, tuple(entries), encryption=sealer.header)
     return sealer.seal_manifest(plain)

@@ -7,6 +7,7 @@ reading a third run on different cores at once; S3 puts and gets go out in paral
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from typing import TypeVar
 
 from shipyard.store.manifest import PieceSeal
@@ -14,8 +15,9 @@ from shipyard.store.pieces import PieceStore
 
 K = TypeVar("K")
 T = TypeVar("T")
-# Encrypts a piece on the worker thread: the ciphertext to store, and its seal.
-Seal = Callable[[memoryview], tuple[memoryview, PieceSeal]]
+# Encrypts a piece on the worker thread: the ciphertext to store (valid inside the block), and
+# its seal.
+Seal = Callable[[memoryview], AbstractContextManager[tuple[memoryview, PieceSeal]]]
 
 PIPELINE_DEPTH = 4  # pieces in flight; memory used is about (depth + 1) × piece size
 
@@ -53,8 +55,8 @@ class PieceWriter:
     def _store(self, data: memoryview, seal: Seal | None) -> tuple[str, PieceSeal | None]:
         if seal is None:
             return self._pieces.put_piece(data)[0], None
-        ciphertext, piece_seal = seal(data)
-        return self._pieces.put_piece(ciphertext)[0], piece_seal
+        with seal(data) as (ciphertext, piece_seal):
+            return self._pieces.put_piece(ciphertext)[0], piece_seal
 
 
 def fetch_in_order(

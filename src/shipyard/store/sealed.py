@@ -19,7 +19,8 @@ fingerprint of it, never the key.
 import base64
 import binascii
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -146,6 +147,7 @@ class Sealer:
 
     def __init__(self, key: bytes) -> None:
         self._aead = AESGCM(key)
+        self._spare: list[bytearray] = []  # pop, append: thread-safe
         self.header = Encryption(
             key_id=key_id(key),
             salt=os.urandom(SALT_HEX_LEN // 2).hex(),
@@ -153,18 +155,32 @@ class Sealer:
             tag="0" * TAG_HEX_LEN,  # set by `seal_manifest`, over everything else
         )
 
+    @contextmanager
     def seal_piece(
         self, data: memoryview, *, path: str, index: int, offset: int, file_size: int
-    ) -> tuple[memoryview, PieceSeal]:
-        """The ciphertext to store (as long as `data`) and the seal the manifest keeps."""
+    ) -> Iterator[tuple[memoryview, PieceSeal]]:
+        """The ciphertext to store (as long as `data`), valid inside the block, and the seal
+        the manifest keeps. The buffer it lies in is reused by a later piece (one per worker
+        thread at most): no piece costs an allocation."""
         nonce = os.urandom(NONCE_HEX_LEN // 2)
         aad = _piece_aad(self.header.salt, path, file_size, index, offset, len(data))
-        sealed = memoryview(self._aead.encrypt(nonce, data, aad))
-        return sealed[:-_TAG_BYTES], PieceSeal(nonce.hex(), sealed[-_TAG_BYTES:].hex())
+        size = len(data)
+        try:
+            buffer = self._spare.pop()
+        except IndexError:
+            buffer = bytearray()
+        if len(buffer) < size + _TAG_BYTES:
+            buffer = bytearray(size + _TAG_BYTES)
+        try:
+            sealed = memoryview(buffer)[: size + _TAG_BYTES]
+            self._aead.encrypt_into(nonce, data, aad, sealed)
+            yield sealed[:size], PieceSeal(nonce.hex(), bytes(sealed[size:]).hex())
+        finally:
+            self._spare.append(buffer)
 
     def piece_sealer(
         self, path: str, index: int, offset: int, file_size: int
-    ) -> Callable[[memoryview], tuple[memoryview, PieceSeal]]:
+    ) -> Callable[[memoryview], AbstractContextManager[tuple[memoryview, PieceSeal]]]:
         """`seal_piece` for the piece at this place, to run on a worker thread."""
         return lambda data: self.seal_piece(
             data, path=path, index=index, offset=offset, file_size=file_size
