@@ -113,3 +113,93 @@ def test_a_crashed_item_is_retried_alone(
     retried = [r for r in queue.items(queue_name(model)) if r.attempts == 2]
     assert [r.payload["item"] for r in retried] == ["arith-2"]
     assert ResultStore(queue.db).done_items(run.run_key) == {f"arith-{n}" for n in range(6)}
+
+
+def test_a_batch_that_outlasts_its_lease_is_kept_alive(
+    queue: Queue,
+    workspace: Workspace,
+    put_tiny: Callable[[int], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A multiple-choice pass slower than the lease (a loaded machine): the heartbeat renews
+    the batch's leases, so every item completes and none is refused as stale."""
+    model = put_tiny(0)
+    (run,) = plan(queue, model, ["arith-mc"], limit=6)
+    engine = warm_engine(model, materialise(workspace, model))
+    worker = EvalWorker(queue, model, engine, batch=6, lease=1.0)
+    real = EvalWorker._multiple_choice
+
+    def slow(self: EvalWorker, todo: Any) -> dict[int, dict[str, Any]]:
+        time.sleep(3.5)  # three and a half leases
+        return real(self, todo)
+
+    monkeypatch.setattr(EvalWorker, "_multiple_choice", slow)
+    stats = worker.run()
+    assert (stats.completed, stats.failed, stats.lost) == (6, 0, 0)
+    assert _count(queue, "eval_scores", run.run_key) == (6, 6)
+    (qstats,) = queue.stats(queue_name(model))
+    assert (qstats.done, qstats.dead, qstats.claims) == (6, 0, 6)
+
+
+def test_a_lost_lease_costs_its_item_not_the_worker(
+    queue: Queue,
+    workspace: Workspace,
+    put_tiny: Callable[[int], str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Mid-batch, another worker whose clock runs ahead sees the leases expired and takes two
+    of the items: the first worker's completions are refused per item, it goes on, and every
+    item ends done once, scored once."""
+    model = put_tiny(0)
+    (run,) = plan(queue, model, ["arith-mc"], limit=6)
+    engine = warm_engine(model, materialise(workspace, model))
+    worker = EvalWorker(queue, model, engine, batch=6, lease=60.0)
+    thief = Queue(queue.db, owner="thief", clock=lambda: time.time() + 3600)
+    real = EvalWorker._multiple_choice
+    stolen: list[int] = []
+
+    def robbed(self: EvalWorker, todo: Any) -> dict[int, dict[str, Any]]:
+        if not stolen:
+            for item in thief.claim(queue_name(model), n=2, lease=60.0):
+                stolen.append(item.id)
+                thief.complete(item.id, item.token, "elsewhere")
+        return real(self, todo)
+
+    monkeypatch.setattr(EvalWorker, "_multiple_choice", robbed)
+    stats = worker.run()
+    assert len(stolen) == 2
+    assert stats.lost == 6  # the ahead clock expired the whole batch's leases
+    assert (stats.completed, stats.failed) == (4, 0)  # the four left, claimed again
+    assert _count(queue, "eval_scores", run.run_key) == (4, 4)
+    items = queue.items(queue_name(model))
+    assert sorted(r.state for r in items) == ["done"] * 6
+    assert {r.id for r in items if r.result == "elsewhere"} == set(stolen)
+
+
+@pytest.mark.slow
+def test_workers_after_a_sigkill_with_short_leases_never_crash(
+    queue: Queue, workspace: Workspace, put_tiny: Callable[[int], str]
+) -> None:
+    """A SIGKILLed worker's items come back as retries; two workers with a one-second lease
+    take them in batches and finish: each exits 0, every item is scored exactly once."""
+    model = put_tiny(0)
+    (run,) = plan(queue, model, ["arith-mc"], limit=40)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "shipyard.evals.worker", model, "--batch", "8", "--lease", "1"]
+    victim = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: _count(queue, "eval_outputs", run.run_key)[0] >= 8, "first results")
+        victim.send_signal(signal.SIGKILL)
+    finally:
+        victim.kill()
+        victim.communicate()
+    workers = [
+        subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for proc in workers:
+        _, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err
+    assert _count(queue, "eval_scores", run.run_key) == (40, 40)
+    (qstats,) = queue.stats(queue_name(model))
+    assert (qstats.done, qstats.dead) == (40, 0)

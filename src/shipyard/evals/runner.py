@@ -3,9 +3,12 @@
 Each (run, item) is one queue item keyed by the run key and the item id, so enqueueing again adds
 nothing and a finished item is never run again. A worker claims a batch, scores every
 multiple-choice item of the batch in batched forward passes, generates the rest, and completes
-each item with its output and score written in the same transaction (exactly once). An item whose
-attempt failed is retried on its own (alone in its batch); a killed worker's leases expire and
-its unfinished items are claimed by the next worker.
+each item with its output and score written in the same transaction (exactly once). The claimed
+leases are renewed from a heartbeat thread for as long as the batch takes. When a batched pass
+fails, each of its items is scored alone, so one bad item fails by itself with its reason. A lease
+lost meanwhile (the worker was frozen past it and another took the item) costs that item only:
+its result is dropped, the worker goes on. A killed worker's leases expire and its unfinished
+items are claimed by the next worker.
 """
 
 from collections.abc import Callable, Sequence
@@ -21,7 +24,8 @@ from shipyard.evals.tasks import Item, Task, get_task
 from shipyard.hashing import sha256_hex
 from shipyard.home import shipyard_home
 from shipyard.queue import Item as QueueItem
-from shipyard.queue import Queue
+from shipyard.queue import Queue, StaleLease
+from shipyard.queue.heartbeat import Heartbeat
 from shipyard.serve import models as serve_models
 from shipyard.workspace import Workspace
 
@@ -72,6 +76,7 @@ class WorkerStats:
     completed: int = 0
     failed: int = 0
     skipped: int = 0  # already done (its output was stored before)
+    lost: int = 0  # its lease was lost (another worker has it now): its result was dropped
 
 
 class EvalWorker:
@@ -101,13 +106,13 @@ class EvalWorker:
                     break
                 self.queue.wait(name, 0.5)
                 continue
-            retries = [c for c in claimed if c.attempt > 1]
-            firsts = [c for c in claimed if c.attempt == 1]
-            for group in [firsts, *([r] for r in retries)]:  # a retried item runs alone
-                if group:
-                    self._work(group)
+            with Heartbeat(self.queue, claimed, self.lease) as beat:
+                self._work(claimed, beat)
             done = self.stats
-            self.note(f"{done.completed} items done, {done.failed} failed, {done.skipped} skipped")
+            self.note(
+                f"{done.completed} items done, {done.failed} failed, {done.skipped} skipped"
+                + (f", {done.lost} leases lost" if done.lost else "")
+            )
         return self.stats
 
     def _pending(self, name: str) -> bool:
@@ -120,48 +125,73 @@ class EvalWorker:
             self._tasks[ref] = (task, {i.id: i for i in task.load()})
         return self._tasks[ref]
 
-    def _work(self, group: list[QueueItem]) -> None:
+    def _work(self, group: list[QueueItem], beat: Heartbeat) -> None:
         todo = []
         for q in group:
             try:
                 task, item = self._resolve(q)
             except ShipyardError as exc:
-                self.queue.fail(q.id, q.token, str(exc))
-                self.stats.failed += 1
+                self._fail(q, beat, str(exc))
                 continue
-            if not self._stored(q, task, item):
+            if not self._stored(q, beat, item):
                 todo.append((q, task, item))
         mc = [(q, t, i) for q, t, i in todo if t.kind == "mc"]
-        try:
-            outputs = self._multiple_choice(mc)
-        except Exception as exc:  # the engine failed on this batch: retry each item alone
-            for q, _, _ in mc:
-                self.queue.fail(q.id, q.token, f"engine: {type(exc).__name__}: {exc}")
-            self.stats.failed += len(mc)
-            outputs = {}
-        for at, (q, task, item) in enumerate(todo):
-            if task.kind == "mc" and q.id not in outputs:
-                continue
-            if task.kind != "mc":  # generation is slow: keep the batch's leases alive
-                for later, kind in [(x, t.kind) for x, t, _ in todo[at:]]:
-                    if kind != "mc" or later.id in outputs:
-                        self.queue.heartbeat(later.id, later.token, self.lease)
+        outputs = self._multiple_choice_isolated(mc, beat)
+        for q, task, item in todo:
+            if q.id in beat.lost or (task.kind == "mc" and q.id not in outputs):
+                continue  # lost meanwhile, or failed alone with its reason
             try:
                 output = outputs.get(q.id) or self._generate(task, item)
                 result = score(task, item, output)
             except Exception as exc:
-                self.queue.fail(q.id, q.token, f"{type(exc).__name__}: {exc}")
-                self.stats.failed += 1
+                self._fail(q, beat, f"{type(exc).__name__}: {exc}")
                 continue
-            self._complete(q, task, item, output, result)
+            self._complete(q, beat, task, item, output, result)
 
-    def _stored(self, q: QueueItem, task: Task, item: Item) -> bool:
+    def _multiple_choice_isolated(
+        self, mc: list[tuple[QueueItem, Task, Item]], beat: Heartbeat
+    ) -> dict[int, dict[str, Any]]:
+        """Score `mc` in batched passes; if a pass fails, each item alone, so only the item
+        that breaks the engine fails (with the engine's reason)."""
+        try:
+            return self._multiple_choice(mc)
+        except Exception as exc:
+            if len(mc) == 1:
+                self._fail(mc[0][0], beat, f"engine: {type(exc).__name__}: {exc}")
+                return {}
+        outputs: dict[int, dict[str, Any]] = {}
+        for one in mc:
+            if one[0].id not in beat.lost:
+                outputs |= self._multiple_choice_isolated([one], beat)
+        return outputs
+
+    def _stored(self, q: QueueItem, beat: Heartbeat, item: Item) -> bool:
         """Complete without running an item whose output is already stored for its run."""
         if not self.store.has_output(str(q.payload["run"]), item.id):
             return False
-        self.queue.complete(q.id, q.token, {"outcome": "already-stored"})
-        self.stats.skipped += 1
+        if self._end(
+            q, beat, lambda: self.queue.complete(q.id, q.token, {"outcome": "already-stored"})
+        ):
+            self.stats.skipped += 1
         return True
+
+    def _fail(self, q: QueueItem, beat: Heartbeat, reason: str) -> None:
+        if self._end(q, beat, lambda: self.queue.fail(q.id, q.token, reason)):
+            self.stats.failed += 1
+
+    def _end(self, q: QueueItem, beat: Heartbeat, call: Callable[[], object]) -> bool:
+        """End the item's lease with `call`; False (and noted) when the lease was lost."""
+        beat.drop(q.id)
+        why = beat.lost.get(q.id)
+        if why is None:
+            try:
+                call()
+                return True
+            except StaleLease as exc:
+                why = str(exc)
+        self.stats.lost += 1
+        self.note(f"item {q.id}: {why}; its result is dropped")
+        return False
 
     def _resolve(self, q: QueueItem) -> tuple[Task, Item]:
         payload = q.payload
@@ -205,15 +235,22 @@ class EvalWorker:
         return {"text": text}
 
     def _complete(
-        self, q: QueueItem, task: Task, item: Item, output: dict[str, Any], result: Any
+        self,
+        q: QueueItem,
+        beat: Heartbeat,
+        task: Task,
+        item: Item,
+        output: dict[str, Any],
+        result: Any,
     ) -> None:
         run_key, judge = str(q.payload["run"]), judge_version(task)
 
         def effect(db: Any) -> None:
             ResultStore.record(db, run_key, judge, item.id, item.cluster, output, result)
 
-        self.queue.complete(q.id, q.token, {"outcome": result.outcome}, effect=effect)
-        self.stats.completed += 1
+        outcome = {"outcome": result.outcome}
+        if self._end(q, beat, lambda: self.queue.complete(q.id, q.token, outcome, effect=effect)):
+            self.stats.completed += 1
 
 
 def work(
