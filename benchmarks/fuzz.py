@@ -11,7 +11,8 @@ distinct (exception type, first line of message) pairs from failed runs, a hang 
 Ends with `fuzz: N uncaught exceptions in S s over T targets (goal: 0)` and exits 1 when N > 0.
 
 The same file is the pytest plugin each round loads (`-p fuzz`): it sets each test's examples
-from the round's plan and writes one JSON line per test as it starts and ends.
+from the round's plan and writes one JSON line per test as it starts and ends. pytest's cache
+stays on: a target's fixture may keep what is slow to make there (the replica's tokenizer).
 """
 
 import argparse
@@ -191,8 +192,6 @@ def run_round(
         "-q",
         "-p",
         "fuzz",
-        "-p",
-        "no:cacheprovider",
         "--continue-on-collection-errors",
         "-m",
         "fuzz",

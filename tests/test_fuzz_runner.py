@@ -43,6 +43,21 @@ def test_planted(text):
         raise ValueError("planted")
 """
 
+# A target whose fixture keeps a file in pytest's cache, as the replica's tokenizer fixture does.
+CACHED = """
+import pytest
+from hypothesis import given, strategies as st
+
+@pytest.fixture(scope="session")
+def cached_dir(request):
+    return request.config.cache.mkdir("fuzz-runner-probe")
+
+@pytest.mark.fuzz
+@given(st.integers())
+def test_cached(cached_dir, number):
+    assert cached_dir.is_dir()
+"""
+
 
 def fuzz(tests: Path, seconds: float, monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
     monkeypatch.setenv("HYPOTHESIS_STORAGE_DIRECTORY", str(tests / ".hypothesis"))
@@ -89,3 +104,11 @@ def test_a_clean_run_exits_0(targets: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert code == 0, out
     assert out.splitlines()[-1].startswith("fuzz: 0 uncaught exceptions in ")
     assert report(out, "test_sound")[0] > 0
+
+
+def test_a_target_may_use_pytests_cache(targets: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (targets / "test_cached.py").write_text(CACHED)
+    code, out = fuzz(targets, 3, monkeypatch)
+    assert code == 0, out
+    runs, _, uncaught = report(out, "test_cached")
+    assert runs > 0 and uncaught == 0
