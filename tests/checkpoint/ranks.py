@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from shipyard.rl.children import die_with_parent
+from shipyard.children import die_with_parent
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -28,7 +28,7 @@ import torch
 
 from shipyard.checkpoint.load import Batch, Loaded, assemble
 from shipyard.checkpoint.manifest import MAX_MANIFEST_BYTES, CheckpointManifest
-from shipyard.checkpoint.peer_wire import Blob, recv_header, recv_payload, send
+from shipyard.checkpoint.peer_wire import Blob, recv_exact, recv_header, send
 from shipyard.checkpoint.verify import check_shard, rank_pieces
 from shipyard.distribute.swarm_key import SwarmKey
 from shipyard.errors import InvalidInput, NotFound, StorageError
@@ -135,7 +135,7 @@ class PeerMemory:
             problem = f"this rank expects {wanted} for rank {key[1]}, step {key[0]}"
             send(conn, {"ok": False, "error": f"{problem}, not {request['size']} bytes"}, self._key)
             return
-        payload = recv_payload(conn, request, lambda size: None, self._idle_timeout_s)
+        payload = recv_exact(conn, expected, None, self._idle_timeout_s)
         with self._lock:
             if self._expected.get(key) != expected:  # dropped or taken meanwhile
                 raise InvalidInput(f"the snapshot of rank {key[1]}, step {key[0]} was not expected")
@@ -162,15 +162,14 @@ def _request(
 ) -> tuple[dict[str, Any], bytearray]:
     """One signed request and its signed reply, whose payload may be at most `max_reply` bytes."""
     host, port = address.rsplit(":", 1)
-
-    def limit(size: int) -> None:
-        if size > max_reply:
-            raise InvalidInput(f"peer {address} sends {size} bytes, at most {max_reply} expected")
-
     with socket.create_connection((host, int(port)), timeout=timeout) as sock:
         send(sock, header, key, payload)
         reply = recv_header(sock, key, time.monotonic() + timeout)
-        return reply, recv_payload(sock, reply, limit, timeout)
+        if reply["size"] > max_reply:
+            raise InvalidInput(
+                f"peer {address} sends {reply['size']} bytes, at most {max_reply} expected"
+            )
+        return reply, recv_exact(sock, reply["size"], None, timeout)
 
 
 def push(address: str, step: int, owner: int, payload: Blob, key: SwarmKey) -> None:

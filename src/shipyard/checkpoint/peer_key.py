@@ -19,5 +19,6 @@ _KEY_BYTES = 32
 def peer_secret(root: Path) -> bytes:
     """The key of checkpoint root `root`, created if it has none (StorageError if unsafe)."""
     path = root / KEY_FILE
-    write_private_file(path, secrets.token_hex(_KEY_BYTES).encode(), replace=False)
+    if not path.exists():
+        write_private_file(path, secrets.token_hex(_KEY_BYTES).encode(), replace=False)
     return read_private_file(path, "peer-memory key", 4096).strip()

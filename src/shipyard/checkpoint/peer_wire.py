@@ -8,7 +8,7 @@ its declared size: nothing is allocated on a stranger's word. Every read runs un
 
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from shipyard.distribute.swarm_key import SwarmKey
@@ -53,12 +53,3 @@ def recv_header(sock: socket.socket, key: SwarmKey, deadline: float) -> dict[str
     if type(size) is not int or size < 0:
         raise InvalidInput("a peer header without a valid size")
     return header
-
-
-def recv_payload(
-    sock: socket.socket, header: dict[str, Any], limit: Callable[[int], None], idle_s: float
-) -> bytearray:
-    """The payload `header` declares, once `limit(size)` has accepted its size (it raises)."""
-    size: int = header["size"]
-    limit(size)
-    return recv_exact(sock, size, None, idle_s)
