@@ -155,3 +155,19 @@ def test_simulate_command(tmp_path: Path) -> None:
     assert lines[0] == "hour,free_gpus,scattered_fraction" and len(lines) >= 3
     unknown = shipyard("scheduler", "simulate", "--trace", str(trace), "--policy", "magic")
     assert unknown.returncode == 2 and "policy 'magic' unknown" in unknown.stderr
+    nowhere = shipyard(
+        "scheduler", "simulate", "--trace", str(trace), "--fragmentation-csv", "/proc/nope/x.csv"
+    )
+    assert nowhere.returncode == 6 and "--fragmentation-csv /proc/nope/x.csv" in nowhere.stderr
+    assert "a bug" not in nowhere.stderr
+
+
+def test_serve_with_a_log_directory_it_cannot_make_exits_6(tmp_path: Path) -> None:
+    cluster = tmp_path / "cluster.json"
+    cluster.write_text(json.dumps({"nodes": [{"name": "n0", "gpus": 1}], "teams": [
+        {"team": "a", "nominal": {"gpu": 1}}]}))  # fmt: skip
+    result = shipyard(
+        "scheduler", "serve", "--config", str(cluster), "--logs", "/proc/nope/logs", "--port", "0"
+    )
+    assert result.returncode == 6 and "job log directory /proc/nope/logs" in result.stderr
+    assert "a bug" not in result.stderr

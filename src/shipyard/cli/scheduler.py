@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import quote
 
 from shipyard.cli.argtypes import count, number, port, positive, seed
-from shipyard.errors import InvalidInput
+from shipyard.errors import InvalidInput, StorageError
 from shipyard.scheduler.model import PRIORITY_CLASSES, TOPOLOGY_MODES
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -158,10 +158,14 @@ def _simulate(args: argparse.Namespace) -> int:
     limits = LimitModel(overestimate=args.overestimate, seed=args.seed)
     report = simulate_trace(trace, vcs, args.policy, limits)
     if args.fragmentation_csv:
-        with open(args.fragmentation_csv, "w") as out:
-            out.write("hour,free_gpus,scattered_fraction\n")
-            for hour, free, scattered in report.fragmentation_series:
-                out.write(f"{hour},{free},{scattered:.4f}\n")
+        rows = [f"{h},{free},{frac:.4f}\n" for h, free, frac in report.fragmentation_series]
+        try:
+            with open(args.fragmentation_csv, "w") as out:
+                out.write("hour,free_gpus,scattered_fraction\n" + "".join(rows))
+        except OSError as exc:
+            raise StorageError(
+                f"--fragmentation-csv {args.fragmentation_csv}: cannot write ({exc.strerror})"
+            ) from None
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
         return 0

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shipyard.errors import StorageError
 from shipyard.scheduler.model import Node, Running
 from shipyard.secretfile import ensure_private_dir
 
@@ -32,7 +33,10 @@ class LocalBackend:
     _gangs: dict[str, _Gang] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        ensure_private_dir(self.log_dir)  # job output is the user's: no other account reads it
+        try:  # job output is the user's: no other account reads it
+            ensure_private_dir(self.log_dir)
+        except OSError as exc:
+            raise StorageError(f"job log directory {self.log_dir}: {exc.strerror}") from None
         self._free = {i: list(range(n.gpus)) for i, n in enumerate(self.nodes)}
 
     def launch(self, run: Running, command: list[str]) -> dict[str, list[int]]:

@@ -34,7 +34,10 @@ class SlurmBackend:
     _jobs: dict[str, _Submitted] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        ensure_private_dir(self.log_dir)  # Slurm writes job output here with the job's umask
+        try:  # Slurm writes job output here with the job's umask
+            ensure_private_dir(self.log_dir)
+        except OSError as exc:
+            raise StorageError(f"job log directory {self.log_dir}: {exc.strerror}") from None
 
     def _run(self, *args: str, script: str | None = None) -> str:
         env = dict(os.environ)
