@@ -77,3 +77,44 @@ def test_canary_skips_when_nothing_changed_and_blocks_a_moved_score(
     monkeypatch.setattr(store_module, "score", inverted)
     with pytest.raises(CanaryMoved, match="arith-mc"):
         canary.check(queue, path, run)
+
+
+def test_alert_and_compare_on_a_jsonl_task_share_one_clustered_error(
+    put_tiny: Callable[[int], str],
+    queue: Queue,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Scores planted for a JSONL task of 12 items in 3 clusters: two checkpoints miss all of
+    cluster c0. The paired difference is -1/3 with clustered SE 1/3, so a 2-SE alert stays
+    quiet, by the task's name or its path, and `eval compare` reports the same SE."""
+    from shipyard.evals import ResultStore, get_task, judge_version, plan
+    from shipyard.evals.scoring import Score
+
+    path = tmp_path / "gk.jsonl"
+    lines = [json.dumps({"task": {"name": "gk-mc", "template": "Q: {question}\nA:"}})]
+    for n in range(12):
+        item = {"id": f"q{n}", "question": f"{n}?", "choices": ["a", "b"], "answer": 0}
+        lines.append(json.dumps({**item, "cluster": f"c{n % 3}"}))
+    path.write_text("\n".join(lines) + "\n")
+    task = get_task(f"jsonl:{path}")
+    store = ResultStore(queue.db)
+    base, one, two = put_tiny(0), put_tiny(1), put_tiny(2)
+    for model, dips in ((base, False), (one, True), (two, True)):
+        (run,) = plan(queue, model, [f"jsonl:{path}"])
+        with queue.db.transaction():
+            for item in task.load():
+                value = 0.0 if dips and item.cluster == "c0" else 1.0
+                result = Score(value, "correct" if value else "wrong")
+                store.record(
+                    queue.db, run.run_key, judge_version(task), item.id, item.cluster, {}, result
+                )
+    for ref in ("gk-mc", f"jsonl:{path}"):
+        assert shipyard("eval", "alert", base, one, two, "--task", ref, "--k", "2") == 0
+        assert capsys.readouterr().out.strip() == "no regression"
+    assert shipyard("eval", "compare", one, base, "--task", "gk-mc") == 0
+    diff = json.loads(capsys.readouterr().out)["difference"]
+    assert diff["mean"] == pytest.approx(-1 / 3) and diff["se"] == pytest.approx(1 / 3)
+    assert diff["clusters"] == 3
+    assert shipyard("eval", "alert", base, one, two, "--task", "gk-mc", "--k", "0.9") == 1
+    assert "(SE 0.3333)" in capsys.readouterr().out

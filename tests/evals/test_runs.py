@@ -163,3 +163,7 @@ def test_a_task_changed_after_planning_stores_nothing_under_the_old_key(
     assert ResultStore(queue.db).done_items(run.run_key) == set()
     dead = queue.dead(queue_name(model))
     assert len(dead) == 12 and "changed since run" in str(dead[0].history[-1].reason)
+    (line,) = model_report(ResultStore(queue.db), model)["runs"]  # the report says why
+    assert line["scored"] == 0 and line["dead"] == 12
+    assert sorted(d["item"] for d in line["dead_items"]) == sorted(f"q{n}" for n in range(12))
+    assert all("changed since run" in d["reason"] for d in line["dead_items"])

@@ -72,3 +72,26 @@ def test_one_dip_is_not_an_alert() -> None:
     assert regression_alert(base, [("a", dip), ("b", base), ("c", dip)], k=2.0) is None
     alert = regression_alert(base, [("a", dip), ("b", dip)], k=2.0)
     assert alert is not None and "two consecutive" in alert.message()
+
+
+def test_items_without_a_cluster_are_each_their_own() -> None:
+    """`[1, 0] * 5`, the first two in cluster "c", eight unclustered: pooling the eight into
+    one cluster lets their residuals cancel (SE 0.0); each its own cluster gives 0.150."""
+    values = [1.0, 0.0] * 5
+    est = estimate(values, ["c", "c"] + [None] * 8)
+    assert est.clusters == 9
+    assert est.se == pytest.approx(math.sqrt(9 / 8 * 8 * 0.25) / 10)  # 0.150
+    assert round(est.se, 3) == 0.150
+    alone = estimate(values, [f"i{n}" for n in range(10)])
+    assert estimate(values, [None, "x"] + [None] * 8).se == pytest.approx(alone.se)
+
+
+def test_the_alert_clusters_its_paired_difference() -> None:
+    """Checkpoints that miss one whole cluster of three: the clustered SE (0.333) keeps a
+    2-SE alert quiet, where ignoring clusters (SE 0.142) would fire it."""
+    base = {f"q{n}": 1.0 for n in range(12)}
+    dip = {f"q{n}": 0.0 if n % 3 == 0 else 1.0 for n in range(12)}
+    clusters: dict[str, str | None] = {f"q{n}": f"c{n % 3}" for n in range(12)}
+    assert regression_alert(base, [("a", dip), ("b", dip)], k=2.0) is not None
+    assert regression_alert(base, [("a", dip), ("b", dip)], k=2.0, clusters=clusters) is None
+    assert paired(dip, base, clusters).se == pytest.approx(1 / 3)

@@ -48,13 +48,13 @@ def register(subparsers: "argparse._SubParsersAction[Parser]") -> None:
     cmp = commands.add_parser("compare", help="paired differences between two models")
     cmp.add_argument("a", help="model artifact")
     cmp.add_argument("b", help="model artifact (the reference)")
-    cmp.add_argument("--task", help="only this task")
+    cmp.add_argument("--task", help="only this task (a name, or jsonl:PATH)")
     cmp.set_defaults(func=_compare)
 
     alert = commands.add_parser("alert", help="exit 1 if two consecutive checkpoints regressed")
     alert.add_argument("baseline", help="baseline model artifact")
     alert.add_argument("checkpoints", nargs="+", help="model artifacts, oldest first")
-    alert.add_argument("--task", required=True, help="the task to compare on")
+    alert.add_argument("--task", required=True, help="the task to compare on (or jsonl:PATH)")
     alert.add_argument("--k", type=positive, default=2.0, help="paired standard errors (2)")
     alert.set_defaults(func=_alert)
 
@@ -159,9 +159,10 @@ def _line(run: dict[str, Any]) -> str:
     def number(value: float | None) -> str:
         return "-" if value is None else f"{value:.4f}"
 
+    dead = f"  dead={run['dead']}" if run.get("dead") else ""
     return (
         f"{run['task']:<24} {number(run['mean'])} ± {number(run['se'])}  "
-        f"n={run['scored']}/{run['items']}  {json.dumps(run['outcomes'])}"
+        f"n={run['scored']}/{run['items']}{dead}  {json.dumps(run['outcomes'])}"
     )
 
 
@@ -224,31 +225,43 @@ def _compare(args: argparse.Namespace) -> int:
 
     ws, queue = _open()
     store = ResultStore(queue.db)
-    for run_a, run_b in _pairs(store, ws.resolve(args.a), ws.resolve(args.b), args.task):
+    task = _task_name(args.task) if args.task else None
+    for run_a, run_b in _pairs(store, ws.resolve(args.a), ws.resolve(args.b), task):
         print(json.dumps(compare(store, run_a, run_b), sort_keys=True))
     return 0
 
 
 def _alert(args: argparse.Namespace) -> int:
-    from shipyard.evals import get_task, judge_version, regression_alert
+    from shipyard.evals import regression_alert
+    from shipyard.evals.report import run_scores
     from shipyard.evals.store import ResultStore
 
     ws, queue = _open()
     store = ResultStore(queue.db)
-    judge = judge_version(get_task(args.task))
+    task = _task_name(args.task)
     base = ws.resolve(args.baseline)
-    series = []
+    series, theirs = [], ""
     for ref in args.checkpoints:
         model = ws.resolve(ref)
-        mine, theirs = _pairs(store, model, base, args.task)[-1]  # the latest comparable run
-        series.append((model, {r.item_id: r.score for r in store.scores(mine, judge)}))
-    baseline = {r.item_id: r.score for r in store.scores(theirs, judge)}
-    alert = regression_alert(baseline, series, k=args.k)
+        mine, theirs = _pairs(store, model, base, task)[-1]  # the latest comparable run
+        series.append((model, run_scores(store, store.run(mine)).by_item))
+    baseline = run_scores(store, store.run(theirs))
+    # the same clustered paired difference as `eval compare`: each checkpoint against the base
+    alert = regression_alert(baseline.by_item, series, k=args.k, clusters=baseline.clusters)
     if alert is None:
         print("no regression")
         return 0
     print(alert.message())
     return 1
+
+
+def _task_name(ref: str) -> str:
+    """The name runs are stored under: a task's name, or a JSONL file's task's name."""
+    if not ref.startswith("jsonl:"):
+        return ref
+    from shipyard.evals import get_task
+
+    return get_task(f"jsonl:{Path(ref[6:]).resolve()}").name
 
 
 def _rescore(args: argparse.Namespace) -> int:

@@ -46,9 +46,11 @@ def estimate(values: Sequence[float], clusters: Sequence[str | None] | None = No
         return Estimate(mean, math.sqrt(variance / n), n, 0)
     if len(clusters) != n:
         raise InvalidInput(f"{len(clusters)} cluster labels for {n} values")
-    sums: dict[str | None, float] = defaultdict(float)
-    for value, cluster in zip(values, clusters, strict=True):
-        sums[cluster] += value - mean
+    # An item without a cluster is a cluster of its own: pooling them all into one would let
+    # their residuals cancel (the error can even read 0).
+    sums: dict[tuple[bool, str | int], float] = defaultdict(float)
+    for index, (value, cluster) in enumerate(zip(values, clusters, strict=True)):
+        sums[(True, cluster) if cluster is not None else (False, index)] += value - mean
     groups = len(sums)
     # the small-sample correction G/(G-1) keeps few clusters from understating the error
     correction = groups / (groups - 1) if groups > 1 else math.nan
