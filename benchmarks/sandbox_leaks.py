@@ -11,6 +11,11 @@ killed too, the reaper is given the lease time to act, the service stops, and wh
 host is counted (`shipyard.sandbox.leaks`). Goal: 0. With a 1-minute load average over 2.5 the
 run is cut to a quarter and says so (`--force` runs it whole).
 
+However the run ends (an error, Ctrl-C, SIGTERM), it leaves nothing: drivers and the service run
+in process groups of their own that die with this process (`shipyard.children`), and on the way
+out their groups are SIGKILLed and what their sandboxes left (records, cgroups) is removed.
+`--home DIR` runs the service there (default: a temporary directory).
+
 The last line is JSON: `value` = leaked processes + mounts + cgroups + records (baseline: 0).
 """
 

@@ -2,11 +2,14 @@
 
 The agent is compiled statically on first use (`cc -O2 -static`, so it needs nothing from an
 image) into the image cache, named by the hash of its source, and bound read-only into every
-sandbox at `/.shipyard/agent`. Requests are frames of NUL-separated strings (`wire.send_frame`):
+sandbox at `/.shipyard/agent`, which bubblewrap runs as the sandbox's init: `agent SOCKET SECCOMP
+BYTES FILES` (the service's socket, a pipe holding the seccomp filter, and the writable layer's
+caps). Requests are frames of NUL-separated strings (`wire.send_frame`):
 
 - `exec TIMEOUT_MS CWD ARGC ARGV... ENVC NAME=VALUE... NLIMITS (RESOURCE VALUE)...` with the
   command's stdin, stdout and stderr as fds → `{"exit" | "signal", "timed_out", "killed",
-  "leftover", "disk_full"}`; every process the command left is killed before the reply.
+  "leftover", "disk_full", "files_full"}`; every process the command left is killed before the
+  reply.
 - `kill` while an exec runs: kill the command now (the output cap was passed).
 
 Its first frame is `{"ready": true}`. It serves files through exec: `agent put PATH MODE`, `agent
