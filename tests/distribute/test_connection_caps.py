@@ -144,6 +144,7 @@ def test_a_header_sent_a_byte_at_a_time_is_dropped(capped: Any) -> None:
         (("2001:db8:1:2:aaaa:bbbb:cccc:dddd", 7000, 0, 0), "2001:db8:1:2::/64"),
         (("fe80::1%eth0", 7000, 0, 2), "fe80::/64"),
         (None, "unknown"),
+        (("not-an-address", 0), "not-an-address"),
     ],
 )
 def test_a_source_is_an_ipv4_address_or_an_ipv6_slash_64(peername: Any, key: str) -> None:

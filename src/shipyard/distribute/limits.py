@@ -91,7 +91,10 @@ def source_key(peername: object) -> str:
     IPv6 one, since a single host is routinely given a whole /64 to draw addresses from."""
     if not isinstance(peername, tuple) or not peername or not isinstance(peername[0], str):
         return "unknown"
-    address = ipaddress.ip_address(peername[0].split("%", 1)[0])  # no zone in a key
+    try:
+        address = ipaddress.ip_address(peername[0].split("%", 1)[0])  # no zone in a key
+    except ValueError:  # not an IP socket's address: counted under its own name
+        return peername[0]
     if isinstance(address, ipaddress.IPv6Address):
         if address.ipv4_mapped is not None:
             return str(address.ipv4_mapped)
