@@ -48,7 +48,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     sign_dir = commands.add_parser(
         "sign-dir", help="sign a model directory in the OpenSSF model-signing format"
     )
-    sign_dir.add_argument("directory", type=Path)
+    sign_dir.add_argument("directory", type=Path, help="the model directory to sign")
     sign_dir.add_argument("--key", type=Path, required=True, help="an ECDSA P-256 private key")
     sign_dir.add_argument("--signature", type=Path, help="default: DIRECTORY/model.sig")
     sign_dir.set_defaults(func=_sign_dir)
@@ -56,7 +56,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     verify_dir = commands.add_parser(
         "verify-dir", help="verify an OpenSSF model-signing signature of a model directory"
     )
-    verify_dir.add_argument("directory", type=Path)
+    verify_dir.add_argument("directory", type=Path, help="the model directory to check")
     verify_dir.add_argument("--key", type=Path, required=True, help="the signer's public key")
     verify_dir.add_argument("--signature", type=Path, help="default: DIRECTORY/model.sig")
     verify_dir.set_defaults(func=_verify_dir)
@@ -69,13 +69,15 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "--artifact", metavar="REF", help="only reads of this artifact (id, prefix, alias)"
     )
     ls.add_argument("--action", help="only get, pull, load, import or serve")
-    ls.add_argument("--outcome", choices=("allowed", "warned", "refused"))
+    ls.add_argument(
+        "--outcome", choices=("allowed", "warned", "refused"), help="only reads with this verdict"
+    )
     ls.add_argument("--since", metavar="WHEN", help="30m, 2h, 7d, or an ISO date/time (UTC)")
     ls.add_argument("--limit", type=count, default=100, help="at most this many (default 100)")
     ls.add_argument("--json", action="store_true", help="one JSON object per line")
     ls.set_defaults(func=_audit_ls)
     show = audit_commands.add_parser("show", help="every field of one event")
-    show.add_argument("id", type=row_id)
+    show.add_argument("id", type=row_id, help="the event's number, as `audit ls` prints it")
     show.set_defaults(func=_audit_show)
 
 
@@ -195,8 +197,6 @@ def _audit_ls(args: argparse.Namespace) -> int:
     from shipyard.trust.audit import query
     from shipyard.trust.gate import audit_db
 
-    if args.limit < 1:
-        raise InvalidInput("--limit must be at least 1")
     since = parse_since(args.since) if args.since else None
     ws = Workspace.open()
     try:

@@ -21,7 +21,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from shipyard.catalog.base import check_alias_name
 from shipyard.errors import InvalidInput, NotFound
 from shipyard.hashing import canonical_json
 from shipyard.store.backend import Backend
@@ -96,10 +95,9 @@ def _from_json(raw: Any) -> Signature:
     names = raw["names"]
     if not isinstance(names, list) or len(names) > MAX_NAMES:
         raise InvalidInput(f"names is not a list of at most {MAX_NAMES} aliases")
-    for name in names:
-        if not isinstance(name, str):
-            raise InvalidInput("names holds something that is not a string")
-        check_alias_name(name)
+    if not all(isinstance(name, str) for name in names):
+        raise InvalidInput("names holds something that is not a string")
+    _check_names(names)
     if names != sorted(set(names)):
         raise InvalidInput("names are not sorted and unique")
     signed_at = raw["signed_at"]
@@ -115,14 +113,21 @@ def _from_json(raw: Any) -> Signature:
     return Signature(artifact, kind, tuple(names), key, algorithm, signed_at, signature)
 
 
+def _check_names(names: list[str]) -> None:
+    # Imported here: a peer daemon parses signatures but must not load the catalog to start.
+    from shipyard.catalog.base import check_alias_name
+
+    for name in names:
+        check_alias_name(name)
+
+
 def _is_hex(value: Any, length: int) -> bool:
     return isinstance(value, str) and len(value) == length and set(value) <= _HEX
 
 
 def sign(manifest: Manifest, names: list[str], key: SigningKey) -> Signature:
     """`key`'s signature over `manifest` (by its id and kind) and the aliases in `names`."""
-    for name in names:
-        check_alias_name(name)
+    _check_names(names)
     draft = Signature(
         manifest.id,
         manifest.kind,
