@@ -147,7 +147,7 @@ class Sealer:
 
     def __init__(self, key: bytes) -> None:
         self._aead = AESGCM(key)
-        self._spare: list[bytearray] = []  # pop, append: thread-safe
+        self._buffers = _Buffers()
         self.header = Encryption(
             key_id=key_id(key),
             salt=os.urandom(SALT_HEX_LEN // 2).hex(),
@@ -160,23 +160,13 @@ class Sealer:
         self, data: memoryview, *, path: str, index: int, offset: int, file_size: int
     ) -> Iterator[tuple[memoryview, PieceSeal]]:
         """The ciphertext to store (as long as `data`), valid inside the block, and the seal
-        the manifest keeps. The buffer it lies in is reused by a later piece (one per worker
-        thread at most): no piece costs an allocation."""
+        the manifest keeps."""
         nonce = os.urandom(NONCE_HEX_LEN // 2)
         aad = _piece_aad(self.header.salt, path, file_size, index, offset, len(data))
         size = len(data)
-        try:
-            buffer = self._spare.pop()
-        except IndexError:
-            buffer = bytearray()
-        if len(buffer) < size + _TAG_BYTES:
-            buffer = bytearray(size + _TAG_BYTES)
-        try:
-            sealed = memoryview(buffer)[: size + _TAG_BYTES]
+        with self._buffers.lend(size + _TAG_BYTES) as sealed:
             self._aead.encrypt_into(nonce, data, aad, sealed)
             yield sealed[:size], PieceSeal(nonce.hex(), bytes(sealed[size:]).hex())
-        finally:
-            self._spare.append(buffer)
 
     def piece_sealer(
         self, path: str, index: int, offset: int, file_size: int
@@ -202,7 +192,7 @@ class Opener:
         self._aead = AESGCM(key)
         self._salt = header.salt
         self.key_id = header.key_id
-        self._spare: list[tuple[bytearray, bytearray]] = []  # pop, append: thread-safe
+        self._buffers = _Buffers()
         try:
             self._aead.decrypt(
                 bytes.fromhex(header.nonce), bytes.fromhex(header.tag), _manifest_aad(manifest)
@@ -223,10 +213,10 @@ class Opener:
 
         def place(ref: PieceRef) -> None:
             index = indices[ref.offset]
-            pair = self._buffers(ref.size)
-            sealed = memoryview(pair[0])[: ref.size + _TAG_BYTES]
-            plain = memoryview(pair[1])[: ref.size]
-            try:
+            with (
+                self._buffers.lend(ref.size + _TAG_BYTES) as sealed,
+                self._buffers.lend(ref.size) as plain,
+            ):
                 pieces.read_piece_into(ref, sealed[: ref.size])
                 sealed[ref.size :] = bytes.fromhex(seals[index].tag)
                 aad = _piece_aad(self._salt, entry.path, entry.size, index, ref.offset, ref.size)
@@ -239,23 +229,30 @@ class Opener:
                         "moved from another place, file or artifact)"
                     ) from None
                 pwrite_all(fd, plain, ref.offset)
-            finally:
-                sealed.release()
-                plain.release()
-                self._spare.append(pair)
 
         return place
 
-    def _buffers(self, size: int) -> tuple[bytearray, bytearray]:
-        """A ciphertext-and-tag buffer and a plaintext buffer that hold a piece of `size` bytes,
-        reused across pieces (a pair per worker thread at most): no piece costs an allocation."""
+
+class _Buffers:
+    """Piece-sized buffers lent to worker threads and reused: about one per thread in all, so no
+    piece costs an allocation (and the page faults of a fresh one)."""
+
+    def __init__(self) -> None:
+        self._spare: list[bytearray] = []  # list.pop and list.append are thread-safe
+
+    @contextmanager
+    def lend(self, size: int) -> Iterator[memoryview]:
         try:
-            sealed, plain = self._spare.pop()
+            buffer = self._spare.pop()
         except IndexError:
-            sealed, plain = bytearray(), bytearray()
-        if len(plain) < size:
-            sealed, plain = bytearray(size + _TAG_BYTES), bytearray(size)
-        return sealed, plain
+            buffer = bytearray()
+        if len(buffer) < size:
+            buffer = bytearray(size)
+        try:
+            with memoryview(buffer)[:size] as view:
+                yield view
+        finally:
+            self._spare.append(buffer)
 
 
 def open_sealed(manifest: Manifest, keys: Keyring | None) -> Opener | None:
