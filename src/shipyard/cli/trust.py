@@ -131,7 +131,13 @@ def _verify(args: argparse.Namespace) -> int:
         signer = policy.signers.get(signature.key) if policy else None
         who = f"{signer.name!r}" if signer else "a key the policy does not list"
         when = datetime.datetime.fromtimestamp(signature.signed_at, datetime.UTC)
-        ok = "verifies" if signer is None or signature.verifies(signer.key) else "DOES NOT VERIFY"
+        ok = (
+            "not checked"
+            if signer is None
+            else "verifies"
+            if signature.verifies(signer.key)
+            else "DOES NOT VERIFY"
+        )
         names = ", ".join(signature.names) or "-"
         stamp = f"{when:%Y-%m-%d %H:%M}"
         print(f"{signature.key}  {signature.algorithm:<10}  {stamp}  {names}  {who}, {ok}")
