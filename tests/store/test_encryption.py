@@ -91,6 +91,20 @@ def test_round_trip_stores_only_ciphertext(
     assert stat.S_IMODE((dest / "config.json").stat().st_mode) == 0o600
 
 
+def test_a_confidential_get_writes_owner_only_files(pieces: PieceStore, tmp_path: Path) -> None:
+    """Plaintext out of a confidential artifact is for its owner: group and other bits go."""
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, mode in (("run.sh", 0o755), ("shared.txt", 0o644), ("own.txt", 0o600)):
+        (src / name).write_bytes(MARKER)
+        os.chmod(src / name, mode)
+    key = os.urandom(32)
+    manifest = put_tree(pieces, src, "model", piece_size=PIECE, encrypt_with=ring(key))
+    materialize(pieces, manifest, tmp_path / "out", keys=ring(key))
+    modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out").iterdir()}
+    assert modes == {"run.sh": 0o700, "shared.txt": 0o600, "own.txt": 0o600}
+
+
 def test_a_confidential_put_is_never_deduplicated(pieces: PieceStore, secret_dir: Path) -> None:
     """Fresh nonces and salt per put: equal plaintext never shows as equal ciphertext."""
     key = os.urandom(32)

@@ -20,7 +20,7 @@ from shipyard.store.manifest import FileEntry, Manifest, PieceRef
 from shipyard.store.modes import written_mode
 from shipyard.store.pieces import PieceStore, piece_key
 from shipyard.store.pipeline import fetch_in_order
-from shipyard.store.sealed import Keyring, Opener, open_sealed
+from shipyard.store.sealed import OWNER_ONLY, Keyring, Opener, open_sealed
 
 Progress = Callable[[int], None]
 
@@ -110,7 +110,8 @@ def _write_file(
                 progress(ref.size)
     finally:
         os.close(fd)
-    os.chmod(target, written_mode(entry.mode))
+    mode = written_mode(entry.mode)
+    os.chmod(target, mode & OWNER_ONLY if opener else mode)
 
 
 def verify(

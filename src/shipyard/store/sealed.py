@@ -47,6 +47,7 @@ KEY_BYTES = 32
 KEY_FILE_ENV = "SHIPYARD_KEY_FILE"
 KEY_ENV = "SHIPYARD_ENCRYPTION_KEY"
 MAX_KEY_FILE = 64 << 10
+OWNER_ONLY = 0o700  # the mode bits a file decrypted from a confidential artifact may keep
 _TAG_BYTES = TAG_HEX_LEN // 2
 _KEY_ID_CONTEXT = b"shipyard encryption key id\x00"
 
