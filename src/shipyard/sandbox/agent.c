@@ -87,8 +87,9 @@ static void send_json(const char *json) {
 }
 
 /* One frame: a 4-byte big-endian length, then NUL-terminated strings; fds ride on the length.
- * Returns the number of strings (in items), or -1 when the service is gone or broke the format. */
-static int recv_frame(char **buffer, char **items, int *fds, int *nfds) {
+ * Returns the number of strings (the first max_items of them in items), or -1 when the service
+ * is gone or broke the format. */
+static int recv_frame(char **buffer, char **items, int max_items, int *fds, int *nfds) {
     char header[4];
     char control[CMSG_SPACE(sizeof(int) * NFDS)];
     struct iovec iov = {header, 4};
@@ -118,7 +119,7 @@ static int recv_frame(char **buffer, char **items, int *fds, int *nfds) {
     if (!*buffer || read_exact(sock, *buffer, length)) return -1;
     (*buffer)[length] = 0;
     int n = 0;
-    for (char *p = *buffer; p < *buffer + length && n < MAX_ITEMS; p += strlen(p) + 1) items[n++] = p;
+    for (char *p = *buffer; p < *buffer + length && n < max_items; p += strlen(p) + 1) items[n++] = p;
     return n;
 }
 
@@ -214,7 +215,7 @@ static void run(char **items, int n, int *fds, int nfds) {
         if (polled[1].revents) {
             char *buffer = NULL, *items2[2];
             int more[NFDS], nmore = 0;
-            int got = recv_frame(&buffer, items2, more, &nmore);
+            int got = recv_frame(&buffer, items2, 2, more, &nmore);
             for (int i = 0; i < nmore; i++) close(more[i]);
             if (got < 0) { kill(pid, SIGKILL); _exit(0); }  /* the service went away */
             killed = got > 0 && strcmp(items2[0], "kill") == 0;
@@ -366,7 +367,7 @@ int main(int argc, char **argv) {
     char *buffer = NULL, *items[MAX_ITEMS];
     for (;;) {
         int fds[NFDS], nfds = 0;
-        int n = recv_frame(&buffer, items, fds, &nfds);
+        int n = recv_frame(&buffer, items, MAX_ITEMS, fds, &nfds);
         if (n < 0) return 0; /* the service went away: so does the sandbox */
         if (n > 0 && strcmp(items[0], "exec") == 0) {
             run(items, n, fds, nfds);
