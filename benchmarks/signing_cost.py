@@ -7,10 +7,11 @@ timed too: on a loaded machine the pulls' spread is far wider than what the gate
         [--algorithm ed25519|ecdsa-p256] [--workdir DIR]
 
 Stores and destinations go to /dev/shm unless --workdir says otherwise. Pulls with and without
-the gate alternate, so both see the same machine. Last line: one JSON object: value = the median
-gated pull's seconds, baseline = the median plain pull's, ratio = value / baseline, with the
-median sign, verify and in-pull gate times, and gate_share = the gate's time / the plain pull's
-(the goal: verification adds at most 1% to `pull --dest`).
+the gate alternate, each going first in every other run, so both see the same machine. Last
+line: one JSON object: value = the median gated pull's seconds, baseline = the median plain
+pull's, ratio = value / baseline, with the median sign, verify and in-pull gate times, and
+gate_share = the gate's time / the plain pull's (the goal: verification adds at most 1% to
+`pull --dest`).
 """
 
 import argparse
@@ -83,7 +84,8 @@ def main() -> None:
 
         gated, plain = [], []
         for run in range(args.runs):
-            for check, times in ((admit, gated), (None, plain)):
+            pair = [(admit, gated), (None, plain)]
+            for check, times in pair if run % 2 == 0 else pair[::-1]:  # neither always first
                 dest = work / f"out{run}-{len(times)}-{check is None}"
                 started = time.monotonic()
                 pull(("127.0.0.1", port), manifest.id, dest, admit=check)
