@@ -130,17 +130,15 @@ class PeerMemory:
     def _put(self, conn: socket.socket, request: dict[str, Any], key: tuple[int, int]) -> None:
         with self._lock:
             expected = self._expected.get(key)
+            if expected == request["size"]:
+                del self._expected[key]  # claimed now: one put per announcement, even in flight
         if expected is None or request["size"] != expected:
             wanted = "no snapshot" if expected is None else f"{expected} bytes"
             problem = f"this rank expects {wanted} for rank {key[1]}, step {key[0]}"
             send(conn, {"ok": False, "error": f"{problem}, not {request['size']} bytes"}, self._key)
             return
         payload = recv_exact(conn, expected, None, self._idle_timeout_s)
-        with self._lock:
-            if self._expected.get(key) != expected:  # dropped or taken meanwhile
-                raise InvalidInput(f"the snapshot of rank {key[1]}, step {key[0]} was not expected")
-            del self._expected[key]
-            self._held[key] = [memoryview(payload)]
+        self.hold(*key, [memoryview(payload)])
         send(conn, {"ok": True}, self._key)
 
 
