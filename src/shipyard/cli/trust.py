@@ -68,7 +68,7 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     ls.add_argument(
         "--artifact", metavar="REF", help="only reads of this artifact (id, prefix, alias)"
     )
-    ls.add_argument("--action", help="only get, pull, load, import or serve")
+    ls.add_argument("--action", help="only get, pull, load or serve")
     ls.add_argument(
         "--outcome", choices=("allowed", "warned", "refused"), help="only reads with this verdict"
     )

@@ -20,7 +20,7 @@ from shipyard.workspace import Workspace
 @dataclass(frozen=True)
 class Read:
     """One read: the artifact, the ref it was asked for by, and what the reader does with it
-    (`get`, `pull`, `load`, `import`, `serve`)."""
+    (`get`, `pull`, `load`, `serve`)."""
 
     artifact_id: str
     ref: str
