@@ -48,6 +48,7 @@ def test_a_replica_serves_only_what_the_policy_trusts(
     ]
 
 
+@pytest.mark.slow  # the import command loads transformers
 def test_a_checkpoint_import_refuses_an_unsigned_checkpoint(
     cli: Cli, keys: Keys, policy_file: Path, model_files: Path, tmp_path: Path
 ) -> None:

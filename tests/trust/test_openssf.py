@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 pytest.importorskip("model_signing", reason="pip install model-signing")
+pytestmark = pytest.mark.slow  # model_signing's CLI takes seconds to start
 TOOL = [str(Path(sys.executable).with_name("model_signing"))]
 if os.geteuid() == 0 and shutil.which("unshare"):
     TOOL = ["unshare", "--net", *TOOL]
