@@ -106,7 +106,8 @@ class CheckpointManifest:
         """Parse and validate manifest bytes from storage or a peer; `where` names their source.
 
         Every field is checked here, once: anything else raises `InvalidInput` naming `where`
-        and the field, so the loaders downstream can trust what they are given.
+        and the field, so the loaders downstream can trust what they are given. Then bytes that
+        are not what the manifest's own digest covers raise `ManifestDamaged` (format 2).
         """
         data, f = decode(raw, where), Fields(where)
         manifest = _parse(data, f)
