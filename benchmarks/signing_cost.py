@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from shipyard.children import spawn, stop
 from shipyard.distribute import pull
 from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 from shipyard.trust import gate
@@ -70,7 +71,7 @@ def main() -> None:
             port = sock.getsockname()[1]
         cmd = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen",
                f"127.0.0.1:{port}", "--store", str(work / "store"), "--no-fsync"]  # fmt: skip
-        daemon = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        daemon = spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         wait_listening(port)  # its start-up is not what is measured
         ws = Workspace.open()
         read = gate.Read(manifest.id, manifest.id, "pull")
@@ -95,8 +96,7 @@ def main() -> None:
         ws.close()
     finally:
         if daemon:
-            daemon.kill()
-            daemon.wait()
+            stop(daemon)
         shutil.rmtree(work, ignore_errors=True)
     value, baseline = statistics.median(gated), statistics.median(plain)
     sign_ms, verify_ms = statistics.median(signs) * 1e3, statistics.median(verifies) * 1e3
