@@ -294,6 +294,8 @@ def test_key_file_wins_over_the_environment_and_env_lists_by_comma(tmp_path: Pat
     assert load_keyring(environ={KEY_FILE_ENV: str(path), KEY_ENV: env_value}).keys == (in_file,)
     assert load_keyring(environ={KEY_ENV: env_value}).keys == (in_env, also)
     assert load_keyring(environ={}).keys == ()
+    with pytest.raises(InvalidInput, match=f"{KEY_ENV}: key 2 is not base64"):
+        load_keyring(environ={KEY_ENV: base64.b64encode(in_env).decode() + ",oops!"})
 
 
 @pytest.mark.parametrize(

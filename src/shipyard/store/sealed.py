@@ -112,11 +112,11 @@ def load_keyring(key_file: Path | None = None, environ: Mapping[str, str] | None
         return Keyring(_parse_keys(data, where), where)
     if env.get(KEY_ENV):
         text = env[KEY_ENV].replace(",", "\n")
-        return Keyring(_parse_keys(text.encode(), KEY_ENV), KEY_ENV)
+        return Keyring(_parse_keys(text.encode(), KEY_ENV, item="key"), KEY_ENV)
     return Keyring((), "")
 
 
-def _parse_keys(data: bytes, where: str) -> tuple[bytes, ...]:
+def _parse_keys(data: bytes, where: str, item: str = "line") -> tuple[bytes, ...]:
     """Keys, one base64 line each; blank lines and `#` comments skipped. Messages name the line,
     never its content: it is a key, or close to one."""
     try:
@@ -131,10 +131,10 @@ def _parse_keys(data: bytes, where: str) -> tuple[bytes, ...]:
         try:
             key = base64.b64decode(line, validate=True)
         except binascii.Error:
-            raise InvalidInput(f"{where}: line {number} is not base64") from None
+            raise InvalidInput(f"{where}: {item} {number} is not base64") from None
         if len(key) != KEY_BYTES:
             raise InvalidInput(
-                f"{where}: line {number} decodes to {len(key)} bytes; a key is {KEY_BYTES}"
+                f"{where}: {item} {number} decodes to {len(key)} bytes; a key is {KEY_BYTES}"
             )
         if key not in keys:
             keys.append(key)
