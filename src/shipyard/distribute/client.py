@@ -123,6 +123,11 @@ class _Puller:
         if admit is not None:
             admit(manifest, self._signatures)
         wanted = None
+        if tensors and manifest.encryption is not None:
+            raise InvalidInput(
+                f"artifact {self.artifact} is confidential: --tensors reads safetensors headers, "
+                "which are encrypted; pull it whole"
+            )
         if tensors:
             wanted = select_pieces(manifest, await self._headers(manifest), tensors)
             await self._fetch(wanted)
