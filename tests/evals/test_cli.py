@@ -2,6 +2,8 @@
 
 import argparse
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -118,3 +120,37 @@ def test_alert_and_compare_on_a_jsonl_task_share_one_clustered_error(
     assert diff["clusters"] == 3
     assert shipyard("eval", "alert", base, one, two, "--task", "gk-mc", "--k", "0.9") == 1
     assert "(SE 0.3333)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("option", "code", "message"),
+    [
+        (("--export", "/proc/nope/x.jsonl"), 2, "/proc/nope/x.jsonl: cannot write the benchmark"),
+        (("--threshold", "nan"), 2, "argument --threshold: expected a finite number"),
+        (("--threshold", "2"), 2, "argument --threshold: expected a finite number"),
+    ],
+)
+def test_contamination_refuses_a_bad_export_path_or_threshold(
+    shipyard_home: Path, tmp_path: Path, option: tuple[str, str], code: int, message: str
+) -> None:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("nothing from any benchmark here\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "shipyard",
+            "eval",
+            "contamination",
+            str(corpus),
+            "--tasks",
+            "arith-mc",
+            *option,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr.strip().splitlines()[-1]  # one line says what and where
+    assert "Traceback" not in result.stderr and "bug" not in result.stderr

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -203,3 +204,47 @@ def test_workers_after_a_sigkill_with_short_leases_never_crash(
     assert _count(queue, "eval_scores", run.run_key) == (40, 40)
     (qstats,) = queue.stats(queue_name(model))
     assert (qstats.done, qstats.dead) == (40, 0)
+
+
+def _workers_of(parent: int) -> list[int]:
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if stat[1] == str(parent) and b"shipyard.evals.worker" in cmdline:
+            found.append(int(name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_eval_run_workers_die_with_it(
+    queue: Queue, put_tiny: Callable[[int], str], sig: signal.Signals
+) -> None:
+    model = put_tiny(0)
+    run = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "shipyard", "eval", "run", model, "--tasks", "arith-gen"),
+            *("--workers", "2", "--lease", "30"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        workers = _wait(lambda: len(w := _workers_of(run.pid)) == 2 and w, "two workers")
+        run.send_signal(sig)
+        run.communicate(timeout=120)
+        _wait(lambda: not any(_alive(p) for p in workers), f"the workers to die after {sig!r}")
+    finally:
+        run.kill()
+        run.communicate()

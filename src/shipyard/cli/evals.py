@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from shipyard import children
 from shipyard.cli.argtypes import count, fraction, positive
 from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.home import shipyard_home
@@ -149,8 +150,12 @@ def _spawn(model: str, workers: int, batch: int, lease: float) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     argv = [sys.executable, "-m", "shipyard.evals.worker", model]
     argv += ["--batch", str(batch), "--lease", str(lease)]
-    procs = [subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL) for _ in range(workers)]
-    failed = [p.wait() for p in procs]
+    procs = [children.spawn(argv, env=env, stdout=subprocess.DEVNULL) for _ in range(workers)]
+    try:
+        failed = [p.wait() for p in procs]
+    finally:  # a Ctrl-C here ends them too (a SIGKILL: the kernel and the keeper do)
+        for proc in procs:
+            children.stop(proc)
     if any(failed):
         raise ShipyardError(f"eval workers exited with {failed}")
 

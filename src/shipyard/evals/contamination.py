@@ -17,7 +17,8 @@ import numpy as np
 from shipyard.data.config import DecontamConfig
 from shipyard.data.minhash import shingles
 from shipyard.data.words import words
-from shipyard.errors import InvalidInput
+from shipyard.durable import write_atomic
+from shipyard.errors import InvalidInput, StorageError
 from shipyard.evals.tasks import Item, Task, answer_text, render
 
 DEFAULT_N = DecontamConfig().ngram
@@ -100,7 +101,12 @@ def _without_boilerplate(grams: list[np.ndarray]) -> list[np.ndarray]:
 def export_benchmarks(tasks: Sequence[Task], path: Path) -> int:
     """Write every task's items, one per line, for the data pipeline's `decontam.benchmarks`."""
     lines = [item_text(task, item) for task in tasks for item in task.load()]
-    path.write_text("\n".join(lines) + "\n")
+    try:  # whole or not at all: a file that was there stays as it was
+        write_atomic(path, ("\n".join(lines) + "\n").encode())
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError) as exc:
+        raise InvalidInput(f"{path}: cannot write the benchmark file: {exc.strerror}") from None
+    except OSError as exc:
+        raise StorageError(f"{path}: cannot write the benchmark file: {exc.strerror}") from None
     return len(lines)
 
 
