@@ -2,6 +2,7 @@ import dataclasses
 import gzip
 import json
 import os
+import random
 import signal
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from shipyard.data.config import (
     FilterConfig,
     TokenizeConfig,
 )
+from shipyard.data.pipeline import progress_line
 from shipyard.data.stages.extract import register_extractor
 from shipyard.data.tasks import FileTask, file_sha256, run_task
 from shipyard.data.warcpack import Page, record_bytes
@@ -182,24 +184,54 @@ def _crash_on_poison(html: str, main: bool) -> str:
     return html
 
 
+def _hang_on_mark(html: str, main: bool) -> str:
+    if "HANG" in html:
+        time.sleep(600)
+    return html
+
+
 def test_one_bad_task_never_fails_the_run(
     make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path
 ) -> None:
-    register_extractor("crashy", _crash_on_poison)
+    register_extractor("hang-on-mark", _hang_on_mark)
     make_warc("good.warc.gz", [Page("https://g.org/1", html_page(english_text(1)))])
-    # Every attempt dies on a new record (each retry skips only the records that killed earlier
-    # attempts), so with one retry this task runs out of attempts.
-    poison = [Page(f"https://p.org/{i}", b"<p>POISON</p>") for i in range(3)]
-    folder = make_warc("bad.warc.gz", poison).parent
+    folder = make_warc("bad.warc.gz", [Page("https://p.org/1", b"<p>HANG</p>")]).parent
+    # every attempt at the bad file is stopped at its deadline inside its only record: it
+    # decides nothing, so each attempt is charged, and the file fails after its one retry
     config = config_for(
         folder,
-        extract=ExtractConfig(engine="crashy"),
-        executor=ExecutorConfig(kind="local", workers=2, max_retries=1),
+        extract=ExtractConfig(engine="hang-on-mark", timeout_s=600),
+        tokenize=TokenizeConfig(enabled=False),
+        executor=ExecutorConfig(workers=2, task_timeout_s=20, max_retries=1),
     )
     result = run_pipeline(config, workspace, shipyard_home)
     assert result.failed_tasks == ["bad.warc.gz"]
     assert result.report["quarantine"] == {"task": 1}
     assert result.report["survival"]["documents"] == 1
+
+
+def test_a_file_finishes_whatever_the_number_of_records_that_kill_its_task(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path, tmp_path: Path
+) -> None:
+    register_extractor("crashy", _crash_on_poison)
+    pages = [
+        Page(f"https://p.org/{i}", b"<p>POISON</p>" if i % 2 else html_page(english_text(i)))
+        for i in range(8)
+    ]
+    folder = make_warc("bad.warc.gz", pages).parent
+    # no retries: yet every attempt that dies on a new record moved the file forward
+    config = config_for(
+        folder,
+        extract=ExtractConfig(engine="crashy"),
+        tokenize=TokenizeConfig(enabled=False),
+        executor=ExecutorConfig(workers=1, max_retries=0),
+    )
+    result = run_pipeline(config, workspace, shipyard_home)
+    assert result.failed_tasks == []
+    assert result.report["files"]["bad.warc.gz"]["kept"] == 4
+    workspace.get(result.table_id, tmp_path / "table")
+    quarantine = pq.read_table(tmp_path / "table" / "quarantine.parquet").to_pylist()
+    assert sorted(q["doc_id"] for q in quarantine) == [f"bad.warc.gz:{i + 1}" for i in (1, 3, 5, 7)]
 
 
 def test_real_crawl_excerpt(crawl_dir: Path, workspace: Workspace, shipyard_home: Path) -> None:
@@ -253,6 +285,19 @@ def test_report_counts_add_up_per_file_with_damage(
         "unreadable": 1,
     }
     assert files["b.warc"]["quarantined"] == 1  # the undecodable page
+    # the report names each unreadable stretch by file and byte offset
+    offset = sum(map(len, chunks[:2]))
+    assert any(
+        q["doc_id"] == f"c.warc.gz@{offset}" and q["stage"] == "read"
+        for q in result.report["quarantined"]
+    )
+    progress = shipyard_home / "status.json"
+    status = {"file": "c.warc.gz", "at": 250_000_000, "total": 1_000_000_000, "unit": "bytes"}
+    progress.write_text(json.dumps({**status, "records": 412, "started": time.time() - 100}))
+    line = progress_line(progress) or ""
+    assert line.startswith(
+        "reading   c.warc.gz: 25% (250 of 1,000 MB), 412 records, 2.5 MB/s, about 5m0"
+    )
     for counts in files.values():
         parts = counts["kept"] + counts["filtered"] + counts["quarantined"] + counts["unreadable"]
         assert counts["seen"] == parts
@@ -295,3 +340,59 @@ def test_a_run_whose_every_task_fails_saves_its_report(
     again = run_pipeline(config, workspace, shipyard_home)
     assert again.failed_tasks == ["two.warc.gz"] and again.tokens_id is None
     assert stats.load(shipyard_home, "latest")["run"] == again.run_id
+
+
+def test_a_file_read_in_slices_gives_the_same_table(
+    make_warc: MakeWarc,
+    workspace: Workspace,
+    shipyard_home: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    folder = corpus(make_warc)
+    config = config_for(folder, tokenize=TokenizeConfig(enabled=False))
+    whole = run_pipeline(config, workspace, shipyard_home)
+    assert set(whole.report["memory"]) == {"a.warc.gz", "b.warc"}
+    assert all(m["task"] > 0 and m["record_worker"] > 0 for m in whole.report["memory"].values())
+    monkeypatch.setattr("shipyard.data.tasks.SLICE_ROWS", 2)  # forked tasks inherit it
+    other_home = shipyard_home.parent / "sliced-home"
+    other = Workspace.open(other_home)
+    try:
+        sliced = run_pipeline(config, other, other_home)
+    finally:
+        other.close()
+    assert sliced.computed["read"] == 2
+    assert sliced.table_id == whole.table_id
+    assert sliced.report["files"] == whole.report["files"]
+
+
+def _bulky_pages(prefix: str, count: int) -> list[Page]:
+    """Pages of about 200 kB of markup around a short text: reading and extraction see the
+    bytes, the filters see little of them."""
+    pages = []
+    for i in range(count):
+        filler = random.Random(i).randbytes(100_000).hex()
+        html = html_page(english_text(i)).replace(
+            b"</body>", f"<script>{filler}</script></body>".encode()
+        )
+        pages.append(Page(f"https://{prefix}.org/{i}", html))
+    return pages
+
+
+@pytest.mark.slow
+def test_a_tasks_memory_does_not_grow_with_its_file(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("shipyard.data.tasks.SLICE_BYTES", 2 << 20)  # both files span slices
+    make_warc("small.warc", _bulky_pages("s", 50), compression="none")  # 10 MB
+    folder = make_warc("large.warc", _bulky_pages("l", 300), compression="none").parent  # 60 MB
+    config = config_for(
+        folder,
+        tokenize=TokenizeConfig(enabled=False),
+        executor=ExecutorConfig(workers=1, task_timeout_s=3600),
+    )
+    result = run_pipeline(config, workspace, shipyard_home)
+    assert result.report["files"]["large.warc"]["kept"] == 300
+    memory = result.report["memory"]
+    grown = memory["large.warc"]["task"] - memory["small.warc"]["task"]
+    # the whole-file reader held the file several times over (mapped, copied, as a batch)
+    assert grown < 16 << 20, memory

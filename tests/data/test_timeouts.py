@@ -88,6 +88,14 @@ def test_pathological_records_time_out_by_name_and_the_run_goes_on(
     printed = capsys.readouterr().out  # type: ignore[attr-defined]
     assert "timed out: 2" in printed
     assert "filters    trap.warc.gz:2" in printed and "pii        trap.warc.gz:3" in printed
+    # every quarantined record, with its file and number, and each file's counts
+    assert "quarantined: 2 (filters 1, pii 1)" in printed
+    lines = printed.splitlines()
+    assert any(
+        line.split()[:3] == ["filters", "trap.warc.gz", "#2"] and "timeout after 2s" in line
+        for line in lines
+    )
+    assert any(line.split()[:6] == ["trap.warc.gz", "4", "2", "0", "2", "0"] for line in lines)
 
 
 def test_decontamination_times_out_per_record(tmp_path: Path) -> None:
@@ -168,3 +176,67 @@ def test_load_does_not_turn_a_healthy_record_into_a_timeout() -> None:
         os.sched_setaffinity(0, cpu_set)
     assert quarantine.rows == []
     assert out["text"] == [expected, expected]
+
+
+def _slow_on_mark(html: str, main: bool) -> str:
+    if "SLOW" in html or ("MAYBE" in html and os.environ.get("SHIPYARD_TEST_SLOW")):
+        time.sleep(600)
+    return html
+
+
+def test_per_record_timeouts_past_the_task_deadline_still_finish_the_file(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path, tmp_path: Path
+) -> None:
+    """Five records of 1 s each in a task with a 4 s deadline and no retries: every attempt
+    decides a few and the next resumes after them, so the file ends with its healthy records and
+    each slow one quarantined once."""
+    register_extractor("slow-on-mark", _slow_on_mark)
+    slow = {1, 2, 4, 5, 6}
+    pages = [
+        Page(f"https://s.org/{i}", html_page("SLOW" if i in slow else english_text(i)))
+        for i in range(8)
+    ]
+    warc = make_warc("slow.warc.gz", pages)
+    config = PipelineConfig(
+        "slow",
+        (str(warc),),
+        extract=ExtractConfig(engine="slow-on-mark", timeout_s=1.0),
+        tokenize=TokenizeConfig(enabled=False),
+        executor=ExecutorConfig(workers=1, task_timeout_s=4, max_retries=0),
+    )
+    result = run_pipeline(config, workspace, shipyard_home)
+    assert result.failed_tasks == []
+    workspace.get(result.table_id, tmp_path / "table")
+    quarantine = pq.read_table(tmp_path / "table" / "quarantine.parquet").to_pylist()
+    assert sorted(q["doc_id"] for q in quarantine) == [
+        f"slow.warc.gz:{i + 1}" for i in sorted(slow)
+    ]
+    assert {q["reason"] for q in quarantine} == {"timeout after 1s in extract"}
+    assert result.report["files"]["slow.warc.gz"]["kept"] == 3
+
+
+def test_a_timeout_is_not_cached_as_the_records_verdict(
+    make_warc: MakeWarc, workspace: Workspace, shipyard_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    register_extractor("slow-on-mark", _slow_on_mark)
+    texts = [english_text(20), english_text(21) + " MAYBE", english_text(22)]
+    warc = make_warc(
+        "maybe.warc.gz", [Page(f"https://m.org/{i}", html_page(t)) for i, t in enumerate(texts)]
+    )
+    config = PipelineConfig(
+        "maybe",
+        (str(warc),),
+        extract=ExtractConfig(engine="slow-on-mark", timeout_s=1.0),
+        tokenize=TokenizeConfig(enabled=False),
+        executor=ExecutorConfig(workers=1),
+    )
+    monkeypatch.setenv("SHIPYARD_TEST_SLOW", "1")  # a slow moment, not a bad page
+    first = run_pipeline(config, workspace, shipyard_home)
+    assert [t["doc_id"] for t in first.report["timeouts"]] == ["maybe.warc.gz:2"]
+    monkeypatch.delenv("SHIPYARD_TEST_SLOW")
+    second = run_pipeline(config, workspace, shipyard_home)
+    assert second.report["timeouts"] == []
+    assert second.report["files"]["maybe.warc.gz"]["kept"] == 3
+    assert "read" not in second.computed  # only what followed the timeout was redone
+    third = run_pipeline(config, workspace, shipyard_home)
+    assert not third.computed and third.table_id == second.table_id

@@ -3,6 +3,7 @@
 import argparse
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -74,12 +75,7 @@ def _report(args: argparse.Namespace) -> int:
     if args.by:
         for value, rows in survival["by"][args.by].items():
             _print_funnel(f"{args.by}={value or '-'}", rows)
-    print(f"quarantine: {json.dumps(current['quarantine'], sort_keys=True)}")
-    print(f"dropped by rule: {json.dumps(current['policy'], sort_keys=True)}")
-    timeouts = current.get("timeouts", [])  # absent in reports of older runs
-    print(f"timed out: {len(timeouts)}")
-    for row in timeouts:
-        print(f"  {row['stage']:<10} {row['doc_id']}")
+    _print_report_tables(current)
     if before is None:
         print("drift: no earlier run of this pipeline to compare with")
         return 0
@@ -90,6 +86,58 @@ def _report(args: argparse.Namespace) -> int:
     if not flags:
         print("  none")
     return 0
+
+
+def _print_report_tables(report: dict[str, Any]) -> None:
+    """Per-file counts, every quarantined record with its file and offset or number, policy
+    drops and timeouts, as tables (reports of older runs lack some of these: skipped)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(shutil.get_terminal_size().columns, 120), highlight=False)
+    memory = report.get("memory", {})
+    files = Table(
+        "file",
+        "seen",
+        "kept",
+        "filtered",
+        "quarantined",
+        "unreadable",
+        "peak memory",
+        title="files",
+        box=box.SIMPLE,
+        title_justify="left",
+    )
+    for name, counts in report.get("files", {}).items():
+        peak = memory.get(name)
+        files.add_row(
+            name,
+            *(str(counts[k]) for k in ("seen", "kept", "filtered", "quarantined", "unreadable")),
+            f"{max(peak.values()) / (1 << 20):.0f} MiB" if peak else "-",
+        )
+    for name in report.get("failed_tasks", []):
+        files.add_row(name, "FAILED", "", "", "", "", "")
+    console.print(files)
+    rows = report.get("quarantined")
+    counts = report["quarantine"]
+    by_stage = ", ".join(f"{stage} {n}" for stage, n in sorted(counts.items()))
+    print(f"quarantined: {sum(counts.values())}" + (f" ({by_stage})" if counts else ""))
+    if rows:
+        table = Table("stage", "file", "record", "reason", box=box.SIMPLE)
+        for row in rows:
+            record = row["doc_id"].removeprefix(row["source"])
+            record = f"byte {record[1:]}" if record.startswith("@") else f"#{record[1:]}"
+            table.add_row(row["stage"], row["source"], record, row["reason"])
+        console.print(table)
+    policy = report.get("policy", {})
+    print(f"dropped by rule: {sum(policy.values())}")
+    for rule, dropped in sorted(policy.items()):
+        print(f"  {rule:<24} {dropped:>8}")
+    timeouts = report.get("timeouts", [])
+    print(f"timed out: {len(timeouts)}")
+    for row in timeouts:
+        print(f"  {row['stage']:<10} {row['doc_id']}")
 
 
 def _print_funnel(scope: str, rows: list[dict[str, Any]]) -> None:

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from shipyard.data.guard import POISON_REASON, RecordGuard
 from shipyard.data.isolate import Isolated, RecordCrash, RecordError, RecordTimeout
+from shipyard.data.journal import Journal, Verdict
 
 Batch = dict[str, list[Any]]
 
@@ -52,6 +53,7 @@ class Quarantine:
     policy: Counter[str] = field(default_factory=Counter)  # records dropped by rule, by rule
     seen: int = 0  # records the reader met: responses, and stretches it could not read
     guard: RecordGuard | None = None  # the task's memory of records that killed a worker
+    journal: Journal | None = None  # this stage's decided records, kept across attempts
 
     def count(self, rule: str) -> None:
         self.policy[rule] += 1
@@ -81,33 +83,53 @@ def guarded_map(
     row takes longer, however deep in native code it is stuck; a row past the timeout is
     quarantined as "timeout after Ns in <stage>", and any number of rows may be. Returns the
     surviving row indices and their results, in order. With a `RecordGuard` on the quarantine, a
-    row that killed the whole task on an earlier attempt is quarantined, not re-run.
+    row that killed the whole task on an earlier attempt is quarantined, not re-run; with a
+    `Journal`, every row's outcome is written as it is decided, and a row an earlier attempt
+    decided is not run again.
     """
     kept: list[int] = []
     results: list[T] = []
     ids = batch["doc_id"]
-    guard = quarantine.guard
+    guard, journal = quarantine.guard, quarantine.journal
+
+    def decide(i: int, verdict: Verdict, value: Any) -> None:
+        if verdict == "ok":
+            kept.append(i)
+            results.append(value)
+        else:
+            quarantine.add(ids[i], stage, value)
+        if journal is not None and journal.get(ids[i]) is None:
+            journal.add(ids[i], verdict, value)
+            if guard:
+                guard.advance()
+
     with contextlib.ExitStack() as stack:
         call = fn
         if timeout_s is not None:
             call = stack.enter_context(Isolated(fn, stage, timeout_s)).call
         for i in range(len(ids)):
+            entry = journal.get(ids[i]) if journal else None
+            if entry is not None:  # decided by an earlier attempt
+                decide(i, entry.verdict, entry.value)
+                continue
             if guard and guard.is_poisoned(stage, ids[i]):
-                quarantine.add(ids[i], stage, POISON_REASON)
+                decide(i, "quarantined", POISON_REASON)
                 continue
             if guard:
                 guard.enter(stage, ids[i])
             try:
                 value = call(i)
-            except (RecordTimeout, RecordCrash, RecordError) as exc:
-                quarantine.add(ids[i], stage, str(exc))
+            except RecordTimeout as exc:
+                decide(i, "timeout", str(exc))
+                continue
+            except (RecordCrash, RecordError) as exc:
+                decide(i, "quarantined", str(exc))
                 continue
             except Exception as exc:
-                quarantine.add(ids[i], stage, f"{type(exc).__name__}: {exc}")
+                decide(i, "quarantined", f"{type(exc).__name__}: {exc}")
                 continue
             finally:
                 if guard:
                     guard.leave()
-            kept.append(i)
-            results.append(value)
+            decide(i, "ok", value)
     return kept, results

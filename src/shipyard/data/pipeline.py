@@ -13,8 +13,9 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from shipyard.catalog import RunStatus
+from shipyard.data import guard
 from shipyard.data import stats as run_stats
 from shipyard.data.batch import QUARANTINE_SCHEMA
 from shipyard.data.config import PipelineConfig
@@ -34,7 +36,15 @@ from shipyard.data.isolate import TIMEOUT
 from shipyard.data.stages.read import UNREADABLE
 from shipyard.data.table import SCHEMA as TABLE_SCHEMA
 from shipyard.data.table import write_part
-from shipyard.data.tasks import FileTask, TaskResult, file_sha256, read_chain, run_task
+from shipyard.data.tasks import (
+    FileTask,
+    TaskResult,
+    file_sha256,
+    guard_dir,
+    read_chain,
+    run_task,
+    task_key,
+)
 from shipyard.data.tokenize import select, train_tokenizer, write_tokens
 from shipyard.hashing import canonical_json, sha256_hex
 from shipyard.provenance import code_version, current_user
@@ -96,18 +106,21 @@ def _annotate(
     say: Report,
 ) -> PipelineResult:
     result = PipelineResult(run_id, crawl_id, "")
-    tasks = [FileTask(str(f), file_sha256(f), config, str(cache)) for f in files]
+    tasks = [FileTask(str(f), file_sha256(f), config, str(cache), run_id) for f in files]
     done = 0
 
     def on_done(index: int, outcome: Outcome[TaskResult]) -> None:
         nonlocal done
         done += 1
         what = ",".join(outcome.value.computed) or "cached" if outcome.value else "FAILED"
+        if outcome.value and outcome.value.peak_rss:
+            what += f" (peak memory {_mib(outcome.value.peak_rss)} task, "
+            what += f"{_mib(outcome.value.worker_peak_rss)} record worker)"
         say(f"documents {done}/{len(tasks)} files  {Path(tasks[index].path).name}: {what}")
 
     executor = make_executor(config.executor)
     try:
-        outcomes = executor.map(run_task, tasks, on_done)
+        outcomes = executor.map(run_task, tasks, on_done, TaskResume(say))
     finally:
         executor.close()
     task_quarantine = []
@@ -169,12 +182,44 @@ def _annotate(
         record = ws.register(manifest, run_id)
         ws.move_alias(f"{config.name}-annotated", record.id)
     result.table_id = record.id
-    result.report = {**report, "table": record.id}
+    # how this run went, not what it made: the run's report, not the table's stats.json
+    result.report = {
+        **report,
+        "table": record.id,
+        "memory": _memory(good),
+        "quarantined": quarantine.to_pylist(),
+    }
     run_stats.save(home, run_id, result.report)
     say(
         f"table     {record.id[:16]}  {table.num_rows} documents, {quarantine.num_rows} quarantined"
     )
     return result
+
+
+class TaskResume:
+    """What the executors need to know of a task's record-level progress (`guard`), and the
+    progress lines of the files being read (from each task's status file)."""
+
+    EVERY_S = 10.0  # between progress lines
+
+    def __init__(self, say: Report) -> None:
+        self.say = say
+        self.last = time.monotonic()
+
+    def watch(self, running: Sequence[FileTask]) -> None:
+        if time.monotonic() - self.last < self.EVERY_S:
+            return
+        self.last = time.monotonic()
+        for task in running:
+            line = progress_line(guard_dir(task.cache) / f"{task_key(task)}.status")
+            if line:
+                self.say(line)
+
+    def progress(self, task: FileTask) -> int:
+        return guard.progress(guard_dir(task.cache), task_key(task))
+
+    def interrupted(self, task: FileTask) -> None:
+        guard.interrupted(guard_dir(task.cache), task_key(task))
 
 
 def _quarantine(
@@ -218,6 +263,45 @@ def _file_counts(
             "unreadable": unreadable[name],
         }
         for name, (seen, policy) in sorted(files.items())
+    }
+
+
+def progress_line(status: Path) -> str | None:
+    """`reading NAME: 41% (439 of 1074 MB), 412 records, 3.1 MB/s, about 3m10s left` for a
+    running task's status file; None when there is none (not started, or done)."""
+    try:
+        fields = json.loads(status.read_text())
+        at, total, unit = int(fields["at"]), int(fields["total"]), str(fields["unit"])
+        elapsed = max(time.time() - float(fields["started"]), 1e-3)
+        name, records = str(fields["file"]), int(fields["records"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    scale, label = (1e6, "MB") if unit == "bytes" else (1.0, "rows")
+    rate = at / elapsed
+    left = f"about {_duration((total - at) / rate)} left" if rate > 0 else "starting"
+    share = at / total if total else 1.0
+    return (
+        f"reading   {name}: {share:.0%} ({at / scale:,.0f} of {total / scale:,.0f} {label}), "
+        f"{records} records, {rate / scale:,.1f} {label}/s, {left}"
+    )
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+def _mib(size: int) -> str:
+    return f"{size / (1 << 20):.0f} MiB"
+
+
+def _memory(good: list[tuple[FileTask, TaskResult]]) -> dict[str, dict[str, int]]:
+    """Per file this run computed: the peak resident memory of its task process and of its
+    largest record worker, in bytes (a file taken whole from the cache is not listed)."""
+    return {
+        Path(task.path).name: {"task": r.peak_rss, "record_worker": r.worker_peak_rss}
+        for task, r in good
+        if r.peak_rss
     }
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
-from shipyard.data.executors.base import Attempts, Outcome
+from shipyard.data.executors.base import Attempts, Outcome, Resume, past_deadline
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -49,14 +49,16 @@ class LocalExecutor:
         fn: Callable[[T], R],
         tasks: list[T],
         on_done: Callable[[int, Outcome[R]], None] | None = None,
+        resume: Resume[T] | None = None,
     ) -> list[Outcome[R]]:
-        book: Attempts[R] = Attempts(len(tasks), self.max_retries, on_done)
+        book: Attempts[R] = Attempts(tasks, self.max_retries, on_done, resume)
         running: list[_Attempt] = []
         while book.waiting or running:
             while book.waiting and len(running) < self.workers:
                 index = book.start()
                 running.append(self._start(fn, tasks[index], index))
             ready = wait([a.conn for a in running] + [a.process.sentinel for a in running], 0.2)
+            book.watch([a.index for a in running])
             now = time.monotonic()
             for attempt in list(running):
                 result = self._finished(attempt, ready, now)
@@ -66,7 +68,8 @@ class LocalExecutor:
                 if isinstance(result, tuple):
                     book.succeeded(attempt.index, result[0])
                 else:
-                    book.failed(attempt.index, result)
+                    deadline = result == past_deadline(self.task_timeout_s)
+                    book.failed(attempt.index, result, deadline)
         return book.outcomes()
 
     def _start(self, fn: Callable[[T], R], task: T, index: int) -> _Attempt:
@@ -96,7 +99,7 @@ class LocalExecutor:
             attempt.process.kill()
             attempt.process.join()
             attempt.conn.close()
-            return f"timed out after {self.task_timeout_s:g}s"
+            return past_deadline(self.task_timeout_s)
         return False
 
     def close(self) -> None:

@@ -10,7 +10,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from shipyard.data.executors.base import Attempts, Outcome
+from shipyard.data.executors.base import Attempts, Outcome, Resume, past_deadline
 from shipyard.errors import InvalidInput
 
 T = TypeVar("T")
@@ -65,8 +65,9 @@ class RayExecutor:
         fn: Callable[[T], R],
         tasks: list[T],
         on_done: Callable[[int, Outcome[R]], None] | None = None,
+        resume: Resume[T] | None = None,
     ) -> list[Outcome[R]]:
-        book: Attempts[R] = Attempts(len(tasks), self.max_retries, on_done)
+        book: Attempts[R] = Attempts(tasks, self.max_retries, on_done, resume)
         fn_ref = self.ray.put(fn)
         pending: dict[Any, tuple[int, float]] = {}
         # at most `workers` in flight, so a task's timeout runs from when it can start
@@ -76,6 +77,7 @@ class RayExecutor:
                 ref = self.remote.remote(fn_ref, tasks[index])
                 pending[ref] = (index, time.monotonic() + self.task_timeout_s)
             ready, _ = self.ray.wait(list(pending), num_returns=1, timeout=0.5)
+            book.watch([index for index, _ in pending.values()])
             now = time.monotonic()
             for ref in list(pending):
                 index, deadline = pending[ref]
@@ -83,14 +85,14 @@ class RayExecutor:
                     result = self._result(ref)
                 elif now > deadline:
                     self.ray.cancel(ref, force=True)
-                    result = f"timed out after {self.task_timeout_s:g}s"
+                    result = past_deadline(self.task_timeout_s)
                 else:
                     continue
                 del pending[ref]
                 if isinstance(result, tuple):
                     book.succeeded(index, result[0])
                 else:
-                    book.failed(index, result)
+                    book.failed(index, result, result == past_deadline(self.task_timeout_s))
         return book.outcomes()
 
     def _result(self, ref: Any) -> Any:
