@@ -98,6 +98,9 @@ class Running:
         self.thread.join(60)
 
 
-def complete(router: str, prompt: str, model: str = "chat") -> httpx.Response:
+def complete(
+    router: str, prompt: str, model: str = "chat", key: str | None = None
+) -> httpx.Response:
     body = {"model": model, "prompt": prompt, "max_tokens": 4, "temperature": 0, "seed": 0}
-    return httpx.post(f"{router}/v1/completions", json=body, timeout=60)
+    auth = {"authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(f"{router}/v1/completions", json=body, headers=auth, timeout=60)

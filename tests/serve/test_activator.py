@@ -8,6 +8,7 @@ import httpx
 import pytest
 from prometheus_client import CollectorRegistry
 
+from shipyard.httpguard.apikeys import ApiKeys, hash_key, new_key
 from shipyard.serve.deploy.activator import Activator
 
 
@@ -30,3 +31,18 @@ def test_a_pages_cross_origin_post_does_not_wake_a_deployment(activator: Activat
     woke = httpx.post(url, content=body, headers={"content-type": "application/json"})
     assert woke.status_code == 503 and woke.headers["retry-after"]
     assert activator.take_waiting() == 1
+
+
+def test_a_request_without_the_api_key_does_not_wake_a_keyed_deployment(tmp_path: Path) -> None:
+    key = new_key()
+    endpoint = Activator("chat", tmp_path, CollectorRegistry(), ApiKeys((hash_key(key),)))
+    try:
+        url = f"{endpoint.url}/v1/completions"
+        body = {"model": "chat", "prompt": "hi"}
+        for auth in ({}, {"authorization": f"Bearer {new_key()}"}):
+            assert httpx.post(url, json=body, headers=auth).status_code == 401
+        assert endpoint.take_waiting() == 0
+        woke = httpx.post(url, json=body, headers={"authorization": f"Bearer {key}"})
+        assert woke.status_code == 503 and endpoint.take_waiting() == 1
+    finally:
+        endpoint.close()

@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
+from shipyard.httpguard.apikeys import hash_key, new_key
 from shipyard.serve.deploy.controller import wait_command
 from shipyard.serve.deploy.state import Records
 from shipyard.serve.models import put_model_dir
@@ -20,6 +21,7 @@ from shipyard.workspace import Workspace
 from .deploy_support import Running, cli, complete, perturbed, router_fixture  # noqa: F401
 
 PROMPTS = [f"Item {n}: the answer is" for n in range(20)]
+KEY = new_key()
 
 
 def test_canary_rolls_back_a_broken_version_and_promotes_a_good_one(
@@ -40,16 +42,22 @@ replicas: {{min: 1, max: 2}}
 autoscale: {{interval_s: 3600}}
 canary: {{stages: [1, 5, 25, 100], hold_s: 0.2}}
 eval_gate: {{items: {items}}}
+api_keys: ["{hash_key(KEY)}"]
 """
     running = Running(spec, router, shipyard_home)
     try:
         ctrl = running.ctrl
         assert ctrl is not None
         current_pid = ctrl.replicas[ctrl.current][0].pid
+        # The spec's API keys hold at the router and at the replicas the controller starts (its
+        # eval gate asks them with a key of its own).
+        assert complete(router, PROMPTS[0]).status_code == 401
+        replica_url = ctrl.replicas[ctrl.current][0].url
+        assert complete(replica_url, PROMPTS[0]).status_code == 401
         # The gate's items: what the version in production answers now, through the router
         lines = []
         for prompt in PROMPTS:
-            reply = complete(router, prompt)
+            reply = complete(router, prompt, key=KEY)
             assert reply.status_code == 200, reply.text
             lines.append({"prompt": prompt, "expected": reply.json()["choices"][0]["text"],
                           "match": "exact", "max_tokens": 4})  # fmt: skip
@@ -61,7 +69,10 @@ eval_gate: {{items: {items}}}
         assert workspace.catalog.get_alias("tiny") == tiny_model.id  # the alias did not move
         assert ctrl.replicas[ctrl.current][0].pid == current_pid  # stayed warm throughout
         assert broken.id[:12] not in ctrl.replicas  # the candidate's replicas are gone
-        assert complete(router, PROMPTS[0]).json()["choices"][0]["text"] == lines[0]["expected"]
+        assert (
+            complete(router, PROMPTS[0], key=KEY).json()["choices"][0]["text"]
+            == lines[0]["expected"]
+        )
 
         assert cli("rollout", "chat", "--to", good.id) == 0
         out = capsys.readouterr().out
@@ -88,7 +99,10 @@ eval_gate: {{items: {items}}}
         assert "moved concurrently" in capsys.readouterr().out
         assert workspace.catalog.get_alias("tiny") == broken.id
         assert ctrl.current == tiny_model.id[:12]
-        assert complete(router, PROMPTS[1]).json()["choices"][0]["text"] == lines[1]["expected"]
+        assert (
+            complete(router, PROMPTS[1], key=KEY).json()["choices"][0]["text"]
+            == lines[1]["expected"]
+        )
 
         # Two rollouts asked at once: the second is refused while the first runs
         records = Records(shipyard_home)

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from shipyard.errors import Conflict
+from shipyard.httpguard.apikeys import hash_key, new_key
 from shipyard.serve.deploy.controller import Controller
 from shipyard.serve.deploy.spec import parse_spec
 
@@ -26,6 +27,25 @@ def external() -> Any:
     stub: Proc = start_stub("ext")
     yield stub.url
     stub.stop()
+
+
+def test_the_specs_api_keys_guard_its_inference_at_the_router(
+    shipyard_home: Path, router: str, external: str
+) -> None:
+    key = new_key()
+    spec = (
+        f"name: ext\nmodel: served-elsewhere\nengine: {{kind: openai, url: '{external}'}}\n"
+        f"api_keys: ['{hash_key(key)}']\n"
+    )
+    running = Running(spec, router, shipyard_home)
+    try:
+        assert complete(router, "Hello", model="ext").status_code == 401
+        body = {"model": "ext", "prompt": "Hello", "max_tokens": 4}
+        auth = {"authorization": f"Bearer {key}"}
+        reply = httpx.post(f"{router}/v1/completions", json=body, headers=auth, timeout=60)
+        assert reply.status_code == 200, reply.text
+    finally:
+        running.close()
 
 
 def test_openai_engine_is_routed_by_url_and_refuses_a_rollout(

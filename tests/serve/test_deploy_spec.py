@@ -1,6 +1,7 @@
 """The deployment spec: YAML to validated dataclasses; a bad field named with what is allowed."""
 
 import contextlib
+import re
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ slo: {ttft_ms_p50: 200, ttft_ms_p99: 900, error_rate: 0.02}
 autoscale: {queue_up: 3, queue_down: 1, idle_to_zero_s: 300}
 canary: {stages: [1, 5, 25, 100], hold_s: 30, min_requests: 10}
 eval_gate: {items: gate.jsonl, max_drop: 0.05}
+api_keys: ["sha256:abababababababababababababababababababababababababababababababab"]
 """
 
 
@@ -41,6 +43,7 @@ def test_full_spec_parses_and_round_trips(tmp_path: Path) -> None:
     assert spec.slo.ttft_ms_p99 == 900 and spec.autoscale.idle_to_zero_s == 300
     assert spec.canary.stages == (1, 5, 25, 100) and spec.canary.min_requests == 10
     assert spec.eval_gate.items == tmp_path / "gate.jsonl"  # relative to the spec's folder
+    assert spec.api_keys == ("sha256:" + "ab" * 32,)
     assert spec_from_dict(spec_to_dict(spec)) == spec
 
 
@@ -132,3 +135,19 @@ def test_yaml_tags_are_not_executed() -> None:
     with pytest.raises(InvalidInput, match="not valid YAML"):
         parse_spec("name: !!python/object/apply:os.system ['true']\nmodel: m")
     assert yaml.safe_load("a: 1") == {"a": 1}
+
+
+@pytest.mark.parametrize(
+    ("keys", "named"),
+    [
+        ("sk-the-key-itself", "api_keys: expected a list"),
+        ("[sk-the-key-itself]", "api_keys[0]: expected sha256:<64 lowercase hex>"),
+        ("[sha256:" + "AB" * 32 + "]", "api_keys[0]: expected sha256"),
+        ("[sha256:" + "ab" * 31 + "]", "api_keys[0]: expected sha256"),
+        ("[sha256:" + "ab" * 32 + ", sha256:" + "ab" * 32 + "]", "appears twice"),
+        ("[1]", "api_keys[0]: expected sha256"),
+    ],
+)
+def test_api_keys_must_be_hashes(keys: str, named: str) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(named)):
+        parse_spec(f"name: a\nmodel: m\napi_keys: {keys}\n")

@@ -3,6 +3,8 @@
 import json
 import signal
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ from tests.serve.deploy_support import wait_for
 from tests.serve.test_engine_adapters import make_adapter
 from tests.serve.test_models_import import cli
 
+from shipyard.httpguard.apikeys import hash_key, new_key
 from shipyard.workspace import Workspace
 
 GOOD = {"model": "tiny", "prompt": "Hello", "max_tokens": 3, "temperature": 0}
@@ -216,3 +219,25 @@ def check_drain_on_sigterm(replica: Any) -> None:
     assert replica.proc.wait(timeout=60) == 0
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{replica.url}/health", timeout=5)
+
+
+def test_a_replica_with_api_keys_answers_only_a_holder_of_one(tiny_model, start_replica) -> None:
+    key, other = new_key(), new_key()
+    replica = start_replica(
+        "--model", "tiny", "--name", "keyed", "--api-key-hash", hash_key(key),
+        "--api-key-hash", hash_key(other),
+    )  # fmt: skip
+    with httpx.Client(base_url=replica.url, timeout=60) as client:
+        for headers in ({}, {"Authorization": f"Bearer {new_key()}"}, {"Authorization": key}):
+            reply = client.post("/v1/completions", json=GOOD, headers=headers)
+            assert reply.status_code == 401 and "API key" in reply.json()["error"]["message"]
+        for good in (key, other):
+            auth = {"Authorization": f"Bearer {good}"}
+            reply = client.post("/v1/completions", json=GOOD, headers=auth)
+            assert reply.status_code == 200, reply.text
+        assert client.get("/health").status_code == 200  # reads stay open
+    command = [sys.executable, "-m", "shipyard.serve.replica", "--model", "tiny"]
+    bad = subprocess.run(
+        [*command, "--api-key-hash", key], capture_output=True, text=True, timeout=120
+    )  # the key itself where its hash belongs: refused before anything loads
+    assert bad.returncode == 2 and "--api-key-hash[0]: expected sha256:" in bad.stderr

@@ -2,6 +2,8 @@
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -12,6 +14,7 @@ from tests.serve.router_stub import Proc, start_router, start_stub
 
 from shipyard.errors import NotFound
 from shipyard.httpguard import read_token
+from shipyard.httpguard.apikeys import hash_key, new_key
 from shipyard.serve.router import RouterClient
 
 
@@ -217,6 +220,30 @@ def test_a_pages_cross_origin_post_is_refused_not_laundered(
     assert httpx.post(f"{url}/v1/completions", content=body, headers=same).status_code == 200
 
 
+def test_a_deployment_with_api_keys_serves_only_their_holders(
+    router: tuple[Proc, str], pool: list[Proc]
+) -> None:
+    key, other = new_key(), new_key()
+    spec = versions(("v1", 1.0, [pool[2]])) | {"api_keys": [hash_key(key)]}
+    assert put(router, "keyed", spec).status_code == 200
+    assert put(router, "open", versions(("v1", 1.0, [pool[2]]))).status_code == 200
+    url = router[0].url
+    body = {"model": "keyed", "prompt": "hi", "max_tokens": 2}
+    started = httpx.get(f"{pool[2].url}/stats").json()["started"]
+    for auth in ({}, {"authorization": f"Bearer {other}"}, {"authorization": key}):
+        reply = httpx.post(f"{url}/v1/completions", json=body, headers=auth)
+        assert reply.status_code == 401 and "API key" in reply.json()["error"]["message"]
+        assert reply.headers["www-authenticate"] == "Bearer"
+    assert httpx.get(f"{pool[2].url}/stats").json()["started"] == started  # nothing forwarded
+    auth = {"authorization": f"Bearer {key}"}
+    assert httpx.post(f"{url}/v1/completions", json=body, headers=auth).status_code == 200
+    # The keys are per deployment: another one stays open, and a key is not a router token.
+    assert httpx.post(f"{url}/v1/completions", json=body | {"model": "open"}).status_code == 200
+    assert put((router[0], key), "keyed", spec).status_code == 401
+    raw = put(router, "raw", versions(("v1", 1.0, [pool[2]])) | {"api_keys": [key]})
+    assert raw.status_code == 400 and "api_keys[0]" in raw.json()["error"]
+
+
 def test_health_checks_take_a_dead_replica_out_and_bring_it_back(
     router: tuple[Proc, str], stubs: Callable[..., Proc]
 ) -> None:
@@ -296,3 +323,15 @@ def test_the_python_client_puts_reads_and_deletes(
     assert client.delete("client-made") == {"deleted": "client-made"}
     with pytest.raises(NotFound, match="client-made"):
         client.status("client-made")
+
+
+def test_bad_numbers_on_the_routers_command_line_are_usage_errors() -> None:
+    for option, value in (("--port", "99999"), ("--epsilon", "nan"), ("--health-interval", "0")):
+        result = subprocess.run(
+            [sys.executable, "-m", "shipyard.serve.router", option, value],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 2 and f"argument {option}: expected" in result.stderr
+        assert "Traceback" not in result.stderr

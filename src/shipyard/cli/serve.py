@@ -1,9 +1,10 @@
-"""`shipyard serve deploy | status | rollout | rollback | router | replica`."""
+"""`shipyard serve deploy | status | rollout | rollback | api-key | router | replica`."""
 
 import argparse
 import datetime
 import json
 import signal
+import sys
 import threading
 from pathlib import Path
 from types import FrameType
@@ -51,6 +52,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     )
     rollback.set_defaults(func=_rollback)
 
+    api_key = commands.add_parser(
+        "api-key", help="make an inference API key: the key, then the hash a spec lists"
+    )
+    api_key.set_defaults(func=_api_key)
+
     for name, module in (("router", "router"), ("replica", "replica")):
         passthrough = commands.add_parser(
             name, help=f"run `python -m shipyard.serve.{module}` (its options follow)"
@@ -59,6 +65,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
             "options", nargs=argparse.REMAINDER, help=f"options of shipyard.serve.{module}"
         )
         passthrough.set_defaults(func=_passthrough, module=module)
+
+
+def _api_key(args: argparse.Namespace) -> int:
+    from shipyard.httpguard.apikeys import hash_key, new_key
+
+    key = new_key()
+    print(f"key:  {key}")
+    print(f"hash: {hash_key(key)}")
+    print("give the key to the client; list the hash under api_keys: in the spec", file=sys.stderr)
+    return 0
 
 
 def _deploy(args: argparse.Namespace) -> int:

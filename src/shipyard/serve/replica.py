@@ -20,6 +20,7 @@ from pathlib import Path
 from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.httpguard import Guard, is_loopback
+from shipyard.httpguard.apikeys import ApiKeys, parse_hashes
 from shipyard.httpguard.asgi import start_server
 from shipyard.serve.models import ADAPTER_KIND, materialise
 from shipyard.serve.replica_http import Served, create_app
@@ -77,7 +78,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--cache-dir", type=Path, help="local model cache (default $SHIPYARD_HOME/cache/models)"
     )
+    p.add_argument(
+        "--api-key-hash",
+        action="append",
+        default=[],
+        metavar="sha256:HEX",
+        help="inference needs a key with this hash (repeatable; none: open)",
+    )
     args = p.parse_args(argv)
+    try:
+        args.keys = ApiKeys(parse_hashes(args.api_key_hash, "--api-key-hash"))
+    except InvalidInput as exc:
+        p.error(str(exc))
     lows = {
         "kv_cache_mib": 0.01,
         "prefix_cache_mib": 0.0,
@@ -204,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     guard = Guard("replica", secrets.token_urlsafe(32), args.host)  # Host and body rules only
     try:
-        server = start_server(create_app(served, guard), args.host, args.port, "replica-http")
+        app = create_app(served, guard, args.keys)
+        server = start_server(app, args.host, args.port, "replica-http")
     except ShipyardError as exc:
         served.engine.stop()
         print(f"error: {exc}", file=sys.stderr)

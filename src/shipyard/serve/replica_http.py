@@ -2,7 +2,8 @@
 
 Requests are checked at the edge (Host, same-origin, JSON, every field) and refused with a 4xx
 JSON error in OpenAI's shape naming what was wrong. Inference changes no stored state, so it needs
-no token; the replica binds to loopback unless told otherwise. A streamed reply sends its 200 only
+no service token, only one of the deployment's API keys when it has any (`--api-key-hash`); the
+replica binds to loopback unless told otherwise. A streamed reply sends its 200 only
 when the first token exists, so an error before that is still a plain HTTP error a router can
 retry. Tokenising and detokenising run on the event loop: one thread uses the tokenizer.
 """
@@ -21,6 +22,7 @@ from starlette.requests import ClientDisconnect
 
 from shipyard.errors import InvalidInput, NotFound, ShipyardError
 from shipyard.httpguard import Guard, Refused
+from shipyard.httpguard.apikeys import OPEN, ApiKeys
 from shipyard.serve.edge import HostCheck
 from shipyard.serve.engine import TIERS, Engine, Failed, GenRequest, Overloaded, Sampling, TooLarge
 from shipyard.serve.engine.openai import Call, FieldError, parse
@@ -117,8 +119,9 @@ class Served:
         return GenRequest(ids, limit, sampling, tier, adapter, self.stop_ids)  # type: ignore[arg-type]
 
 
-def create_app(served: Served, guard: Guard) -> FastAPI:
-    """The replica as an ASGI app; `guard` is used for its Host and body rules only."""
+def create_app(served: Served, guard: Guard, keys: ApiKeys = OPEN) -> FastAPI:
+    """The replica as an ASGI app; `guard` is used for its Host and body rules only, `keys`
+    are the deployment's API keys (none: inference is open)."""
     app = FastAPI(title="Shipyard replica", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.exception_handler(HTTPException)
@@ -143,20 +146,22 @@ def create_app(served: Served, guard: Guard) -> FastAPI:
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
-        return await _answer(served, guard, "completion", request)
+        return await _answer(served, guard, keys, "completion", request)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request) -> Response:
-        return await _answer(served, guard, "chat", request)
+        return await _answer(served, guard, keys, "chat", request)
 
     named = {"x-shipyard-replica": served.replica}
     app.add_middleware(HostCheck, guard=guard, refuse=error_reply, headers=named)
     return app
 
 
-async def _answer(served: Served, guard: Guard, kind: str, request: Request) -> Response:
+async def _answer(
+    served: Served, guard: Guard, keys: ApiKeys, kind: str, request: Request
+) -> Response:
     try:
-        body = await _read_body(guard, request)
+        body = await _read_body(guard, keys, request)
         call = parse(kind, body)  # type: ignore[arg-type]
         return await _complete(served, call, _tier(request), request)
     except Refused as exc:
@@ -178,10 +183,12 @@ async def _answer(served: Served, guard: Guard, kind: str, request: Request) -> 
         return error_reply(500, "internal error (see the replica's log)")
 
 
-async def _read_body(guard: Guard, request: Request) -> Any:
-    """Same origin, JSON, and a body within the guard's limit, read only once that holds."""
+async def _read_body(guard: Guard, keys: ApiKeys, request: Request) -> Any:
+    """Same origin, JSON, an API key if the deployment has any, and a body within the guard's
+    limit, read only once all that holds."""
     headers = request.headers
     guard.check_inference("POST", headers)
+    keys.check(headers)
     declared = headers.get("content-length", "")
     # The server holds a body to its Content-Length, so reading one the guard takes is bounded;
     # a chunked, unsized or too long body is refused from its headers alone.

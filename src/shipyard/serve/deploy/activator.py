@@ -4,8 +4,8 @@ The router needs at least one replica per version, so a version scaled to zero i
 this endpoint instead. It answers every inference request with 503 and `Retry-After` (the last
 measured replica start, rounded up) and counts it: that count is the demand signal that wakes the
 deployment (the controller reads `take_waiting()` every tick). Only a request the replica itself
-would take counts: a cross-origin or non-JSON POST is refused (403/415, `Guard.check_inference`)
-and wakes nothing. GET /metrics serves the
+would take counts: a cross-origin or non-JSON POST (403/415, `Guard.check_inference`) or one
+without one of the deployment's API keys (401) is refused and wakes nothing. GET /metrics serves the
 controller's Prometheus registry, GET /health says the version is scaled to zero. Every request's
 `Host` must name this server (`shipyard.httpguard`, 421 otherwise); nothing here changes state.
 """
@@ -20,6 +20,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from shipyard.httpguard import Guard, Refused
+from shipyard.httpguard.apikeys import OPEN, ApiKeys
 from shipyard.httpguard.asgi import start_server
 from shipyard.serve.edge import HostCheck
 
@@ -31,8 +32,11 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 
 class Activator:
-    def __init__(self, model: str, home: Path, registry: CollectorRegistry) -> None:
+    def __init__(
+        self, model: str, home: Path, registry: CollectorRegistry, keys: ApiKeys = OPEN
+    ) -> None:
         self.model = model
+        self.keys = keys
         self.retry_after_s = 5.0
         self.turned_away = 0  # since start
         self._waiting = 0  # since the last take_waiting()
@@ -60,10 +64,11 @@ class Activator:
         def nowhere(path: str) -> Response:
             return _error(404, f"no endpoint GET {'/' + path[:80]!r}")
 
-        @app.post("/{path:path}")  # an inference request of any kind: no token needed
+        @app.post("/{path:path}")  # an inference request of any kind: no service token
         async def wake(path: str, request: Request) -> Response:
             try:  # a page's cross-origin text/plain POST is no demand: it must not wake anything
                 guard.check_inference("POST", request.headers)
+                self.keys.check(request.headers)  # nor is a request without the API key
             except Refused as exc:
                 return _error(exc.status, exc.reason)
             length = request.headers.get("content-length", "")

@@ -22,6 +22,7 @@ from typing import Any
 from shipyard.errors import Conflict, InvalidInput, NotFound, ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.httpguard import call, read_token
+from shipyard.httpguard.apikeys import ApiKeys, hash_key, new_key
 from shipyard.serve.deploy import metrics
 from shipyard.serve.deploy import replicas as rp
 from shipyard.serve.deploy.activator import Activator
@@ -63,7 +64,11 @@ class Controller:
         self.rollout_command: str | None = None
         self.events: metrics.Events = Counter()  # what /metrics counts (metrics.py)
         # The controller's loopback endpoint: /metrics, and the stand-in for a version at zero
-        self.endpoint = Activator(spec.name, self.home, metrics.registry(self))
+        keys = ApiKeys(spec.api_keys)
+        self.endpoint = Activator(spec.name, self.home, metrics.registry(self), keys)
+        # The controller's own key for its replicas (the eval gate asks them directly); its
+        # hash joins the spec's on their command lines, the key itself stays in this process.
+        self.own_key = new_key()
         self.last_change: float | None = None
         self.scaling: dict[str, Any] = {}  # what the autoscaler loop keeps between ticks
         self.gate: dict[str, Any] = {}  # the eval gate's scores in this rollout (rollout.py)
@@ -167,7 +172,9 @@ class Controller:
         for _ in range(count):
             self._serial += 1
             name = f"{self.spec.name}-{version}-{self._serial}"
-            command = rp.replica_command(self.spec, artifact, name)
+            keys = self.spec.api_keys  # an open deployment stays open: no key added to it
+            hashes = (*keys, hash_key(self.own_key)) if keys else ()
+            command = rp.replica_command(self.spec, artifact, name, hashes)
             launched.append(
                 rp.launch(command, name, version, artifact, rp.logs_dir(self.home), self.home)
             )
@@ -253,7 +260,8 @@ class Controller:
             {"version": v, "weight": w, "replicas": self.router_replicas(v)}
             for v, w in self.weights().items()
         ]
-        call(self.admin_url, "PUT", {"versions": versions, "mirror": None}, self.token())
+        body = {"versions": versions, "mirror": None, "api_keys": list(self.spec.api_keys)}
+        call(self.admin_url, "PUT", body, self.token())
 
     def weights(self) -> dict[str, float]:
         """Each routed version's share: the canary's split, and 0 for a warm previous version."""

@@ -48,8 +48,13 @@ class Replica:
         }
 
 
-def replica_command(spec: DeploymentSpec, artifact: str, name: str) -> list[str]:
+def replica_command(
+    spec: DeploymentSpec, artifact: str, name: str, key_hashes: tuple[str, ...] = ()
+) -> list[str]:
+    """The replica's command line; `key_hashes`: the API keys it accepts (none: open)."""
     command = [sys.executable, "-m", "shipyard.serve.replica", "--model", artifact]
+    for key_hash in key_hashes:
+        command += ["--api-key-hash", key_hash]
     command += ["--port", "0", "--name", name, "--served-model-name", spec.name]
     for adapter, ref in sorted(spec.adapters.items()):
         command += ["--adapter", f"{adapter}={ref}"]
@@ -127,13 +132,13 @@ def health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def complete(url: str, body: dict[str, Any], timeout: float = 120.0) -> str:
-    """One /v1/completions call; the first choice's text. StorageError names the replica."""
+def complete(url: str, body: dict[str, Any], key: str, timeout: float = 120.0) -> str:
+    """One /v1/completions call with API key `key`; the first choice's text. StorageError names
+    the replica."""
+    headers = {"Content-Type": "application/json", "x-shipyard-tier": "standard"}
+    headers["Authorization"] = f"Bearer {key}"
     request = urllib.request.Request(
-        f"{url}/v1/completions",
-        data=json.dumps(body).encode(),
-        method="POST",
-        headers={"Content-Type": "application/json", "x-shipyard-tier": "standard"},
+        f"{url}/v1/completions", data=json.dumps(body).encode(), method="POST", headers=headers
     )
     try:
         with _OPENER.open(request, timeout=timeout) as response:

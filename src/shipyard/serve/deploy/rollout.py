@@ -169,7 +169,7 @@ def _score_on(ctrl: Controller, version: str, items: list[Item]) -> Score:
 
     def answer(item: Item) -> str:
         try:
-            return rp.complete(url, completion_request(item, ctrl.spec.name))
+            return rp.complete(url, completion_request(item, ctrl.spec.name), ctrl.own_key)
         except StorageError:
             return ""  # counted as a failed item: a version that errors fails its gate
 

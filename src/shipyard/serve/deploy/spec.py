@@ -21,6 +21,7 @@ import yaml
 
 from shipyard.distribute.config import parse_address
 from shipyard.errors import InvalidInput
+from shipyard.httpguard.apikeys import parse_hashes
 
 ENGINES = ("transformers", "openai")
 TIERS = ("interactive", "standard", "batch")
@@ -97,6 +98,7 @@ class DeploymentSpec:
     autoscale: Autoscale = field(default_factory=Autoscale)
     canary: Canary = field(default_factory=Canary)
     eval_gate: EvalGate = field(default_factory=EvalGate)
+    api_keys: tuple[str, ...] = ()  # hashes of the keys inference needs (none: open)
 
 
 def load_spec(path: Path) -> DeploymentSpec:
@@ -141,12 +143,13 @@ def spec_from_dict(data: Any, where: str = "spec", base: Path | None = None) -> 
     _check_autoscale(autoscale, f"{where}: autoscale")
     canary = _canary(top.get("canary"), f"{where}: canary")
     gate = _eval_gate(top.get("eval_gate"), f"{where}: eval_gate", base)
+    api_keys = parse_hashes(top.get("api_keys"), f"{where}: api_keys")
     if engine.kind == "openai" and adapters:
         raise InvalidInput(
             f"{where}: adapters need engine transformers (openai servers own theirs)"
         )
     return DeploymentSpec(
-        name, model, engine, replicas, str(tier), adapters, slo, autoscale, canary, gate
+        name, model, engine, replicas, str(tier), adapters, slo, autoscale, canary, gate, api_keys
     )
 
 
@@ -164,6 +167,7 @@ def spec_to_dict(spec: DeploymentSpec) -> dict[str, Any]:
         "autoscale": _plain(spec.autoscale),
         "canary": {**_plain(spec.canary), "stages": list(spec.canary.stages)},
         "eval_gate": {**_plain(gate), "items": str(gate.items) if gate.items else None},
+        "api_keys": list(spec.api_keys),
     }
 
 

@@ -3,6 +3,7 @@
 import argparse
 import sys
 
+from shipyard.cli.argtypes import count, nonnegative, port, positive
 from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.httpguard import Guard, is_loopback, token_path
@@ -14,12 +15,12 @@ from shipyard.serve.router.policy import POLICIES
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m shipyard.serve.router", description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--port", type=port, default=0, help="0: any free port")
     parser.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host")
     parser.add_argument("--policy", default="prefix", choices=POLICIES)
-    parser.add_argument("--epsilon", type=float, default=0.25, help="bounded-load slack")
-    parser.add_argument("--prefix-chars", type=int, default=RouterConfig.prefix_chars)
-    parser.add_argument("--health-interval", type=float, default=RouterConfig.health_interval_s)
+    parser.add_argument("--epsilon", type=nonnegative, default=0.25, help="bounded-load slack")
+    parser.add_argument("--prefix-chars", type=count, default=RouterConfig.prefix_chars)
+    parser.add_argument("--health-interval", type=positive, default=RouterConfig.health_interval_s)
     return parser.parse_args(argv)
 
 

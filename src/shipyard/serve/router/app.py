@@ -121,6 +121,7 @@ def create_app(config: RouterConfig, guard: Guard) -> ASGIApp:
             guard.check_inference(request.method, request.headers)
             raw = await _body(request)
             parsed = parse_request(kind, raw, request.headers, config.prefix_chars)
+            table.resolve(parsed.model)[0].spec.keys.check(request.headers)
             rid = request_id(request.headers)
             forwarder: Forwarder = holder["forwarder"]
             return await forwarder.handle(path, parsed, rid, request.headers)

@@ -67,16 +67,16 @@ class Forwarder:
         version = self.table.version_for(deployment, rid, adapter)
         shadow = self.table.mirror_for(deployment, rid, version.version, adapter)
         primary: asyncio.Future[tuple[int, str]] = asyncio.get_running_loop().create_future()
+        sent = {"content-type": "application/json", "x-request-id": rid}
+        sent |= {k: v for k, v in headers.items() if k in PASS_HEADERS}
         if shadow is not None:
             task = asyncio.create_task(
                 self._mirror(
-                    deployment, version.version, shadow, path, request, rid, adapter, primary
+                    deployment, version.version, shadow, path, request, sent, adapter, primary
                 )
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-        sent = {"content-type": "application/json", "x-request-id": rid}
-        sent |= {k: v for k, v in headers.items() if k in PASS_HEADERS}
         try:
             response = await self._route(
                 deployment, version, path, request, rid, adapter, sent, start, primary
@@ -220,11 +220,13 @@ class Forwarder:
         shadow: VersionSpec,
         path: str,
         request: InferenceRequest,
-        rid: str,
+        sent: dict[str, str],
         adapter: str | None,
         primary: "asyncio.Future[tuple[int, str]]",
     ) -> None:
-        """Send a copy to the shadow version; its answer is kept for the eval gate, not sent."""
+        """Send a copy to the shadow version; its answer is kept for the eval gate, not sent.
+        It carries the same headers as the primary's (the client's API key among them)."""
+        rid = sent["x-request-id"]
         start = time.perf_counter()
         status, text, error = 0, "", ""
         try:
@@ -234,7 +236,7 @@ class Forwarder:
                 reply = await self.client.post(
                     state.url + path,
                     content=_body_for(request, state, adapter, stream=False),
-                    headers={"content-type": "application/json", "x-request-id": rid},
+                    headers=sent,
                 )
                 status, text = reply.status_code, answer_text(reply.content)
             finally:

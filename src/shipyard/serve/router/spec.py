@@ -7,10 +7,13 @@
                    "replicas": [{"name": "r0", "url": "http://127.0.0.1:8001",
                                  "adapters": ["sql-lora"]}]},
                   {"version": "v2", "weight": 0.05, "replicas": [...]}],
-     "mirror": {"version": "v3", "fraction": 0.1}}
+     "mirror": {"version": "v3", "fraction": 0.1},
+     "api_keys": ["sha256:..."]}
 
 A version may have weight 0 (a shadow that only gets mirrored traffic). Replica names and URLs
 are unique within a deployment; a replica's `adapters` are the adapter names it can serve.
+`api_keys` (optional) are hashes of the keys inference on this deployment needs
+(`shipyard.httpguard.apikeys`); without them inference is open.
 """
 
 import math
@@ -20,6 +23,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from shipyard.errors import InvalidInput
+from shipyard.httpguard.apikeys import OPEN, ApiKeys, parse_hashes
 
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 MAX_VERSIONS = 16
@@ -52,6 +56,7 @@ class DeploymentSpec:
     name: str
     versions: tuple[VersionSpec, ...]
     mirror: MirrorSpec | None
+    keys: ApiKeys = OPEN
 
     def version(self, name: str) -> VersionSpec:
         return next(v for v in self.versions if v.version == name)
@@ -93,7 +98,7 @@ def parse_deployment(name: str, body: Any) -> DeploymentSpec:
     check_name(name, "deployment name")
     if not isinstance(body, dict):
         raise InvalidInput("body: expected a JSON object with 'versions'")
-    _only(body, {"versions", "mirror"}, "body")
+    _only(body, {"versions", "mirror", "api_keys"}, "body")
     raw_versions = body.get("versions")
     if not isinstance(raw_versions, list) or not 1 <= len(raw_versions) <= MAX_VERSIONS:
         raise InvalidInput(f"versions: expected a list of 1 to {MAX_VERSIONS} versions")
@@ -104,7 +109,8 @@ def parse_deployment(name: str, body: Any) -> DeploymentSpec:
     if sum(v.weight for v in versions) <= 0:
         raise InvalidInput("versions[].weight: at least one version needs a weight above 0")
     mirror = _mirror(body.get("mirror"), {v.version for v in versions})
-    return DeploymentSpec(name, versions, mirror)
+    keys = ApiKeys(parse_hashes(body.get("api_keys"), "api_keys"))
+    return DeploymentSpec(name, versions, mirror, keys)
 
 
 def _version(raw: Any, where: str) -> VersionSpec:
