@@ -1,15 +1,23 @@
 """Small runs of the queue benchmarks: their figures are right, whatever the speed."""
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
 from shipyard.db.cluster import Cluster
 
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
+T = TypeVar("T")
 
 
 def run(script: str, *args: str) -> dict[str, object]:
@@ -54,3 +62,61 @@ def test_chaos_loses_nothing_and_doubles_nothing(pg_cluster: Cluster, backend: s
     assert figures["dead"] == figures["built_to_fail"] == 4
     assert isinstance(figures["kills"], int) and figures["kills"] > 0
     assert figures["db_restarts"] == (1 if backend == "postgresql" else 0)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_benchmark_leaves_no_postgresql_behind(
+    pg_cluster: Cluster, sig: signal.Signals
+) -> None:
+    """queue_throughput.py killed mid-run (a timeout's SIGTERM or SIGKILL): its throwaway
+    server stops and its files go."""
+    scratch = Path(tempfile.mkdtemp(prefix="h7-bench-"))
+    scratch.chmod(0o755)  # the server runs as `postgres` under it
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, str(BENCHMARKS / "queue_throughput.py"), "--items", "1000000"],
+            env=os.environ | {"TMPDIR": str(scratch)},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            pidfile = _wait(lambda: next(scratch.glob("shipyard-pg-*/data/postmaster.pid"), None))
+            root = pidfile.parents[1]
+            server = int(_wait(lambda: pidfile.read_text().split()[:1])[0])
+            _wait(lambda: _keeper_of(proc.pid))  # the server started and is in the keeper's care
+            proc.send_signal(sig)
+            proc.wait(timeout=120)
+            _wait(lambda: not _running(server) and not root.exists())
+        finally:
+            proc.kill()
+            proc.wait()
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _wait(condition: Callable[[], T | None], timeout: float = 180) -> T:
+    deadline = time.monotonic() + timeout
+    while not (value := condition()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return value
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _keeper_of(parent: int) -> bool:
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
+            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        if stat[1] == str(parent) and b"keeper.py" in cmdline:
+            return True
+    return False

@@ -8,6 +8,7 @@ that Debian's `postgresql` package creates, and every server command runs throug
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import tempfile
@@ -16,6 +17,7 @@ from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 
+from shipyard import children
 from shipyard.errors import StorageError
 
 RUN_AS = "postgres"  # the system user Debian's package creates
@@ -100,9 +102,14 @@ class Cluster:
             "60",
             "start",
         )
+        # Should this process die without `remove` (SIGKILL, a timeout), the keeper ends the
+        # server and removes its files: no cluster outlives its script or test session.
+        self._postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        children.keep(self._postmaster, signal.SIGQUIT, remove=self.root)
 
     def stop(self, mode: str = "fast") -> None:
         self._pg("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "-t", "60", "stop")
+        children.forget(self._postmaster)
 
     def restart(self, mode: str = "fast") -> None:
         self.stop(mode)
