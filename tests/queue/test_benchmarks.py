@@ -56,8 +56,17 @@ def test_chaos_loses_nothing_and_doubles_nothing(pg_cluster: Cluster, backend: s
         "0.05",
         "--backend",
         backend,
+        "--commands",
+        "40",
     )
     assert figures["lost"] == figures["double_effects"] == figures["stale_completions"] == 0
+    # the fenced command's external effect happened exactly once per key, chaos or not
+    assert figures["fenced_duplicate_effects"] == figures["fenced_missing_effects"] == 0
+    assert figures["fenced_lost"] == figures["fenced_dead"] == 0
+    assert isinstance(figures["fenced_kills"], int) and figures["fenced_kills"] > 0
+    # the unfenced one's are counted, not judged: at least once
+    assert isinstance(figures["unfenced_duplicate_effects"], int)
+    assert figures["unfenced_missing_effects"] == figures["unfenced_lost"] == 0
     assert figures["wrongly_dead"] == figures["done_without_effect"] == 0
     assert figures["dead"] == figures["built_to_fail"] == 4
     assert isinstance(figures["kills"], int) and figures["kills"] > 0
