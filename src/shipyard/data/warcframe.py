@@ -280,7 +280,7 @@ class _Parser:
             yield Damage(offset, "file ends inside a record header")
             return
         # the block runs past the end: a wrong length if another record starts inside it
-        nxt = _next_header(self.data, body_at)
+        nxt = _next_header(self.data, body_at - 1)  # from the newline a header line needs
         if nxt >= 0:
             yield Damage(offset, f"Content-Length {declared} points past the end of the file")
             self.restart = self._place(nxt)
