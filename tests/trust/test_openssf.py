@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from tests.trust.conftest import write_policy
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
@@ -61,7 +62,7 @@ def test_a_directory_shipyard_signs_verifies_with_model_signing(
 
 
 def test_a_directory_model_signing_signs_verifies_with_shipyard(
-    cli: Cli, materialized: Path, tmp_path: Path
+    cli: Cli, materialized: Path, tmp_path: Path, policy_file: Path
 ) -> None:
     keys = tmp_path / "theirs"
     keys.mkdir(mode=0o700)
@@ -88,6 +89,14 @@ def test_a_directory_model_signing_signs_verifies_with_shipyard(
     ok = cli(*check, "--key", str(keys / "key.pub"))
     assert ok.returncode == 0, ok.stderr
     assert "verified" in ok.stdout
+    # With no --key, the policy's ECDSA signers of models are the candidates.
+    signer = {"name": "theirs", "public_key": str(keys / "key.pub")}
+    write_policy(policy_file, [signer | {"kinds": ["dataset"]}])
+    not_for_models = cli(*check)
+    assert not_for_models.returncode == 8 and "no ECDSA P-256 signer" in not_for_models.stderr
+    write_policy(policy_file, [signer | {"kinds": ["model"]}])
+    by_policy = cli(*check)
+    assert by_policy.returncode == 0 and "signed by theirs" in by_policy.stdout, by_policy.stderr
     stranger = tmp_path / "stranger.pub"
     stranger.write_bytes(
         ec.generate_private_key(ec.SECP256R1())
@@ -105,8 +114,14 @@ def test_a_directory_model_signing_signs_verifies_with_shipyard(
     assert garbage.returncode == 8 and "Traceback" not in garbage.stderr, garbage.stderr
 
 
-def test_sign_dir_wants_an_ecdsa_key(cli: Cli, materialized: Path, shipyard_home: Path) -> None:
+def test_sign_dir_and_verify_dir_want_an_ecdsa_key(
+    cli: Cli, materialized: Path, shipyard_home: Path
+) -> None:
     key = shipyard_home / "keys" / "ed"
     assert cli("trust", "keygen", str(key)).returncode == 0
     done = cli("trust", "sign-dir", str(materialized), "--key", str(key))
     assert done.returncode == 2 and "needs an ECDSA P-256 key" in done.stderr
+    done = cli("trust", "verify-dir", str(materialized), "--key", f"{key}.pub")
+    assert done.returncode == 2 and "needs an ECDSA P-256 key" in done.stderr
+    no_policy = cli("trust", "verify-dir", str(materialized))
+    assert no_policy.returncode == 2 and "give the signer's --key" in no_policy.stderr

@@ -57,7 +57,11 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
         "verify-dir", help="verify an OpenSSF model-signing signature of a model directory"
     )
     verify_dir.add_argument("directory", type=Path, help="the model directory to check")
-    verify_dir.add_argument("--key", type=Path, required=True, help="the signer's public key")
+    verify_dir.add_argument(
+        "--key",
+        type=Path,
+        help="the signer's public key (default: each ECDSA P-256 signer of models in the policy)",
+    )
     verify_dir.add_argument("--signature", type=Path, help="default: DIRECTORY/model.sig")
     verify_dir.set_defaults(func=_verify_dir)
 
@@ -177,8 +181,8 @@ def _sign_dir(args: argparse.Namespace) -> int:
 def _verify_dir(args: argparse.Namespace) -> int:
     from shipyard.trust.openssf import verify_directory
 
-    signature = verify_directory(args.directory, args.key, args.signature)
-    print(f"{args.directory}: verified against {signature}")
+    signer = verify_directory(args.directory, args.key, args.signature)
+    print(f"{args.directory}: verified, signed by {signer}")
     return 0
 
 
