@@ -396,3 +396,25 @@ def test_a_tasks_memory_does_not_grow_with_its_file(
     grown = memory["large.warc"]["task"] - memory["small.warc"]["task"]
     # the whole-file reader held the file several times over (mapped, copied, as a batch)
     assert grown < 16 << 20, memory
+
+
+def test_the_report_prints_hostile_names_as_text(
+    make_warc: MakeWarc,
+    workspace: Workspace,
+    shipyard_home: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from shipyard.cli.data import _report
+
+    name = "odd[bold]x.warc"  # rich markup: must print as written, not be eaten
+    folder = make_warc(name, [Page("https://o.org/junk", bytes(range(256)) * 30)]).parent
+    config = config_for(folder, tokenize=TokenizeConfig(enabled=False))
+    result = run_pipeline(config, workspace, shipyard_home)
+
+    class Args:
+        run, json, by, threshold = result.run_id, False, None, 0.05
+
+    capsys.readouterr()
+    _report(Args())  # type: ignore[arg-type]
+    printed = capsys.readouterr().out
+    assert f"{name}" in printed and "undecodable" in printed

@@ -94,6 +94,7 @@ def _print_report_tables(report: dict[str, Any]) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text  # file names and reasons come from outside: never markup
 
     console = Console(width=max(shutil.get_terminal_size().columns, 120), highlight=False)
     memory = report.get("memory", {})
@@ -112,12 +113,12 @@ def _print_report_tables(report: dict[str, Any]) -> None:
     for name, counts in report.get("files", {}).items():
         peak = memory.get(name)
         files.add_row(
-            name,
+            Text(name),
             *(str(counts[k]) for k in ("seen", "kept", "filtered", "quarantined", "unreadable")),
             f"{max(peak.values()) / (1 << 20):.0f} MiB" if peak else "-",
         )
     for name in report.get("failed_tasks", []):
-        files.add_row(name, "FAILED", "", "", "", "", "")
+        files.add_row(Text(name), "FAILED", "", "", "", "", "")
     console.print(files)
     rows = report.get("quarantined")
     counts = report["quarantine"]
@@ -128,7 +129,7 @@ def _print_report_tables(report: dict[str, Any]) -> None:
         for row in rows:
             record = row["doc_id"].removeprefix(row["source"])
             record = f"byte {record[1:]}" if record.startswith("@") else f"#{record[1:]}"
-            table.add_row(row["stage"], row["source"], record, row["reason"])
+            table.add_row(row["stage"], Text(row["source"]), Text(record), Text(row["reason"]))
         console.print(table)
     policy = report.get("policy", {})
     print(f"dropped by rule: {sum(policy.values())}")
