@@ -13,7 +13,6 @@ timeout, and a hang is still cut after its budget whether it spins or sleeps.
 """
 
 import contextlib
-import ctypes
 import os
 import signal
 import time
@@ -21,9 +20,10 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, Generic, TypeVar
 
+from shipyard.children import die_with_parent
+
 T = TypeVar("T")
 
-_PR_SET_PDEATHSIG = 1  # Linux prctl option
 _LOOK_S = 0.1  # how often a waiting parent samples its worker
 TIMEOUT = "timeout after "  # how a timed-out record's quarantine reason starts
 
@@ -69,15 +69,6 @@ class RecordCrash(Exception):
 
 class RecordError(Exception):
     """The function raised for a record (the worker's exception, as type and message)."""
-
-
-def _die_with(parent: int) -> None:
-    """Be killed when `parent` dies: the worker holds copies of its parent's descriptors (the
-    executor's pipes among them), and an orphan would keep them open."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # it died before the request took effect
-        os._exit(1)
 
 
 def _serve(fn: Callable[[int], Any], conn: Connection) -> None:
@@ -141,7 +132,9 @@ class Isolated(Generic[T]):
             pid = os.fork()
             if pid == 0:
                 try:
-                    _die_with(me)
+                    # the worker holds copies of its parent's descriptors (the executor's
+                    # pipes among them): an orphan would keep them open
+                    die_with_parent(me)
                     parent.close()
                     _serve(self._fn, child)
                 finally:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from shipyard.children import die_with_parent
 from shipyard.rl import verifiers
-from shipyard.rl.children import die_with_parent
 
 
 @dataclass(frozen=True)

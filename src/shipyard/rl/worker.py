@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
+from shipyard.children import die_with_parent
 from shipyard.rl import weights
-from shipyard.rl.children import die_with_parent
 from shipyard.rl.config import RLConfig
 from shipyard.rl.policy import build, sample
 
