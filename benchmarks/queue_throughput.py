@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from shipyard import children
 from shipyard.db import Database
 from shipyard.db.cluster import Cluster
 from shipyard.queue import Queue
@@ -165,20 +166,20 @@ async def _fill_procrastinate(url: str, payloads: list[dict[str, int]]) -> None:
 def run(system: str, url: str, items: int, workers: int, batch: int) -> float:
     """Fill `system`'s queue on `url`, drain it with `workers` processes; items per second."""
     fill(system, url, items)
-    procs = [
-        subprocess.Popen(
+    procs = [  # they die with this script, however it ends
+        children.spawn(
             [sys.executable, __file__, "--worker", system, "--url", url, "--batch", str(batch)],
             stdout=subprocess.PIPE,
-            text=True,
         )
         for _ in range(workers)
     ]
     spans = []
     for proc in procs:
         out, _ = proc.communicate(timeout=3600)
+        children.reap(proc)
         if proc.returncode != 0:
             raise SystemExit(f"{system} worker failed with exit {proc.returncode}")
-        spans += [tuple(map(float, line.split())) for line in out.splitlines() if line]
+        spans += [tuple(map(float, line.split())) for line in out.decode().splitlines() if line]
     elapsed = max(last for _, last in spans) - min(first for first, _ in spans)
     left = remaining(system, url)
     if left:
