@@ -56,8 +56,8 @@ class Live:
         sent = {"Host": f"127.0.0.1:{self.port}"}
         if method != "GET":
             sent["Content-Type"] = "application/json"
-            if auth:
-                sent["Authorization"] = f"Bearer {self.token}"
+        if auth:
+            sent["Authorization"] = f"Bearer {self.token}"
         sent.update(headers or {})
         data = body if isinstance(body, bytes) else None if body is None else json.dumps(body)
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=30)

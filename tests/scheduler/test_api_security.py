@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from .live import Live, scheduler, shipyard
+from .live import Live, scheduler, shipyard, wait_for
 
 SPEC = {"team": "a", "gpus": 1, "time_limit": 60, "command": ["true"]}
 
@@ -43,6 +43,20 @@ def test_token_file_is_private(live: Live) -> None:
     assert stat.S_IMODE(info.st_mode) == 0o600 and info.st_uid == os.geteuid()
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert len(live.token) >= 32
+
+
+def test_job_commands_are_not_readable_without_the_token(live: Live) -> None:
+    secret = "--password=hunter2-" + "x" * 8
+    code, body = live.request("POST", "/jobs", {**SPEC, "command": ["echo", secret]})
+    assert code == 200
+    for path in ("/jobs", f"/jobs/{body['id']}", "/jobs?state=queued"):
+        code, reply = live.request("GET", path, auth=False)
+        assert code == 401 and secret not in json.dumps(reply)
+    code, rows = live.request("GET", "/jobs")
+    assert code == 200 and any(secret in row["command"] for row in rows)
+    assert live.request("GET", "/status", auth=False)[0] == 200  # the summary stays open
+    # Let it finish, so that the module's other tests see no job change state under them.
+    wait_for(lambda: live.request("GET", f"/jobs/{body['id']}")[1]["state"] == "done")
 
 
 def test_browser_cross_origin_text_plain_post_starts_nothing(live: Live, tmp_path: Path) -> None:

@@ -227,15 +227,12 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _call(url: str, path: str, method: str = "GET", body: Any = None) -> Any:
-    """One request to the service; changes carry the token its first start wrote."""
-    from shipyard.errors import StorageError
-    from shipyard.httpguard import MUTATIONS, call, read_token
+    """One request to the service, with the token its first start wrote (job reads need it)."""
+    from shipyard.httpguard import call, read_token
     from shipyard.workspace import shipyard_home
 
-    token = None
-    if method in MUTATIONS:
-        try:
-            token = read_token("scheduler", shipyard_home())
-        except StorageError as exc:
-            raise StorageError(f"scheduler at {url}: {exc}") from None
+    try:
+        token = read_token("scheduler", shipyard_home())
+    except StorageError as exc:
+        raise StorageError(f"scheduler at {url}: {exc}") from None
     return call(url.rstrip("/") + path, method, body, token)

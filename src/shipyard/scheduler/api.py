@@ -9,8 +9,9 @@ POST   /nodes/NAME/state        {"state": "up" | "drained" | "quarantined"}
 GET    /metrics                 Prometheus text: free GPUs, queue, events, GPU-seconds by team
 GET    /status                  free GPUs, largest gang per shape, nodes, usage, chargeback
 
-Every request passes `shipyard.httpguard` first: mutations need the scheduler's bearer token,
-JSON and no foreign Origin; every request needs a Host that names this server.
+Every request passes `shipyard.httpguard` first: mutations, and reads of /jobs (which hold each
+job's command), need the scheduler's bearer token; mutations need JSON and no foreign Origin;
+every request needs a Host that names this server.
 """
 
 import math
@@ -122,6 +123,7 @@ def create_app(service: Service, lock: threading.Lock, guard: Guard) -> FastAPI:
     def no_route(path: str, request: Request) -> Any:
         raise NotFound(f"no route {request.method} /{path}")
 
-    # Added last, so it runs first: nothing is answered before the guard has passed it.
-    app.middleware("http")(guard_middleware(guard))
+    # Added last, so it runs first: nothing is answered before the guard has passed it. Jobs
+    # hold their commands (paths, arguments, sometimes secrets): reading them needs the token.
+    app.middleware("http")(guard_middleware(guard, lambda path: path.startswith("/jobs")))
     return app
