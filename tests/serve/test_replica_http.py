@@ -241,3 +241,10 @@ def test_a_replica_with_api_keys_answers_only_a_holder_of_one(tiny_model, start_
         [*command, "--api-key-hash", key], capture_output=True, text=True, timeout=120
     )  # the key itself where its hash belongs: refused before anything loads
     assert bad.returncode == 2 and "--api-key-hash[0]: expected sha256:" in bad.stderr
+
+
+def test_a_port_out_of_range_is_a_usage_error() -> None:
+    command = [sys.executable, "-m", "shipyard.serve.replica", "--model", "tiny", "--port"]
+    result = subprocess.run([*command, "99999"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "argument --port: expected" in result.stderr
+    assert "Traceback" not in result.stderr

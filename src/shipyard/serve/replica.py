@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from shipyard.cli.argtypes import port
 from shipyard.errors import InvalidInput, ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.httpguard import Guard, is_loopback
@@ -41,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="a LoRA adapter artifact served under NAME (repeatable)",
     )
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=0, help="0: any free port")
+    p.add_argument("--port", type=port, default=0, help="0: any free port")
     p.add_argument("--allow-remote", action="store_true", help="allow a non-loopback --host")
     p.add_argument(
         "--kv-cache-mib",
