@@ -63,6 +63,17 @@ class _Keeper:
                 except BrokenPipeError:
                     self._proc = None
 
+    def forked(self) -> None:
+        """In a forked child: let go of the parent's pipe (so the keeper sees the parent's
+        end, not the child's) and of a lock another thread may have held at the fork."""
+        self._lock = threading.Lock()
+        stdin = self._proc.stdin if self._proc else None
+        if stdin is not None:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, stdin.fileno(), inheritable=False)
+            os.close(null)
+        self._proc = None
+
     def _start(self) -> None:
         keeper = Path(__file__).with_name("keeper.py")
         self._proc = subprocess.Popen(
@@ -75,6 +86,7 @@ class _Keeper:
 
 
 _KEEPER = _Keeper()
+os.register_at_fork(after_in_child=_KEEPER.forked)
 
 
 def keep(pgid: int, sig: signal.Signals = signal.SIGKILL, remove: Path | None = None) -> None:
