@@ -132,7 +132,7 @@ def test_a_sigkilled_workers_shard_is_redone_with_no_loss_or_duplicate(
         claims += line.startswith("claimed shard")
     victim.send_signal(signal.SIGKILL)
     victim.wait()
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 600  # generous: a loaded machine is slow, not wrong
     while time.monotonic() < deadline:  # the rescuer runs until every shard is done
         drain(job.queue, lease=5, say=lambda _: None)
         (stats,) = queue.stats(job.queue)
@@ -150,6 +150,7 @@ def test_a_sigkilled_workers_shard_is_redone_with_no_loss_or_duplicate(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # Ray's start-up alone can take minutes on a loaded machine
 def test_ray_tasks_follow_the_same_shard_protocol(backfill: Backfill) -> None:
     ray = pytest.importorskip("ray")
     from shipyard.batch import run_ray

@@ -54,7 +54,7 @@ def test_a_solution_that_loops_forever_is_a_timeout() -> None:
 
 def test_a_solution_that_tries_the_network_fails_and_reaches_nothing(host_listener: int) -> None:
     source = f"import socket\nsocket.create_connection(('127.0.0.1', {host_listener}), timeout=2)\n"
-    result = run_code(source, timeout=5)
+    result = run_code(source, timeout=120)  # generous: under load a start is slow, not wrong
     assert result.outcome == "fail" and "Error" in result.detail
     outside = run_code(
         "import urllib.request\nurllib.request.urlopen('http://1.1.1.1', timeout=2)\n"
@@ -63,9 +63,9 @@ def test_a_solution_that_tries_the_network_fails_and_reaches_nothing(host_listen
 
 
 def test_a_solution_that_kills_itself_or_eats_memory_is_a_crash() -> None:
-    killed = run_code("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", timeout=5)
+    killed = run_code("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", timeout=120)
     assert killed.outcome == "crash" and "killed" in killed.detail
-    hog = run_code("x = bytearray(1 << 30)\n", timeout=10)
+    hog = run_code("x = bytearray(1 << 30)\n", timeout=120)
     assert hog.outcome in ("crash", "fail")  # the OOM killer, or MemoryError under rlimits
     assert hog.value == 0.0
 
