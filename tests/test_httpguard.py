@@ -264,6 +264,18 @@ def echo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Guard]
     server.stop()
 
 
+def test_a_real_requests_credentials_stay_out_of_the_audit_log(echo: tuple[str, Guard]) -> None:
+    url, guard = echo
+    assert guard.audit_path is not None
+    presented = "p" * 43
+    with pytest.raises(StorageError, match="401"):
+        call(f"{url}/a?access_token={presented}&token={guard.token}", "POST", {}, presented)
+    call(f"{url}/b?api_key={presented}", "POST", {"x": 1}, guard.token)
+    text = guard.audit_path.read_text()
+    assert "/a?access_token=[redacted]&token=[redacted]" in text and "/b?api_key=[redacted]" in text
+    assert presented not in text and guard.token not in text
+
+
 def test_client_maps_replies_to_errors(echo: tuple[str, Guard], tmp_path: Path) -> None:
     url, guard = echo
     assert call(f"{url}/a/b", "POST", {"x": 1}, guard.token)["body"] == {"x": 1}
