@@ -8,7 +8,11 @@ Rules (docs/scheduler.md, "Security"):
 - A mutation (POST, PUT, PATCH, DELETE) needs an `Origin`, if sent, equal to `http://<Host>`
   (403), `Authorization: Bearer <token>` (401) and `Content-Type: application/json` (415). So a
   web page cannot start anything: it cannot read the token, and a cross-origin `text/plain`
-  POST is refused before its body is read.
+  POST is refused before its body is read. A read that returns users' data (a mirrored prompt
+  log, job commands) is marked private and needs the token too.
+- Inference endpoints (replica, router, activator) need no token but apply the same `Host`,
+  `Origin` and `Content-Type` rules (`check_inference`), and the deployment's API keys
+  (`apikeys`) when it has any.
 - A body is at most `max_body` bytes (413), declared by `Content-Length` (411 without it), and
   must be one JSON object (400 for anything else, `NaN`, or nesting too deep to parse).
 - Each mutation and each refusal appends one JSON line (time, service, method, path, client,
