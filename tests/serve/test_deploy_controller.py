@@ -5,6 +5,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -46,6 +47,9 @@ def test_the_specs_api_keys_guard_its_inference_at_the_router(
         assert reply.status_code == 200, reply.text
     finally:
         running.close()
+    logs = shipyard_home / "serve" / "logs"  # the processes' logs are this user's alone
+    assert stat.S_IMODE(logs.stat().st_mode) == 0o700
+    assert stat.S_IMODE((logs / "router.log").stat().st_mode) == 0o600
 
 
 def test_openai_engine_is_routed_by_url_and_refuses_a_rollout(

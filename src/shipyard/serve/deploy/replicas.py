@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from shipyard.errors import StorageError
+from shipyard.secretfile import ensure_private_dir
 from shipyard.serve.deploy.spec import DeploymentSpec
 
 _LISTENING = re.compile(r"listening (http://127\.0\.0\.1:\d{1,5})\s*$")
@@ -70,10 +71,11 @@ def launch(
 ) -> Replica:
     """Start a replica process on `home`'s workspace, one thread for torch, nothing from a hub;
     its stderr goes to `logs/<name>.log`."""
-    logs.mkdir(parents=True, exist_ok=True)
+    ensure_private_dir(logs)  # a replica's log may quote prompts: its user's alone
     env = {**os.environ, "SHIPYARD_HOME": str(home), "OMP_NUM_THREADS": "1"}
     env.update(MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    with (logs / f"{name}.log").open("ab") as log:
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    with os.fdopen(os.open(logs / f"{name}.log", flags, 0o600), "ab") as log:
         process = subprocess.Popen(
             command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
             env=env, start_new_session=True,
