@@ -227,3 +227,21 @@ def test_an_oversized_declared_body_is_refused_before_it_is_read(console: Consol
         assert "limit" in reply
     finally:
         server.should_exit = True
+
+
+def test_the_scheduler_view_never_shows_a_jobs_command(client: TestClient, home: Path) -> None:
+    from shipyard.scheduler.model import Job
+    from shipyard.scheduler.store import JobStore
+
+    store = JobStore()
+    try:
+        store.submit(
+            Job(id="j1", team="ml", gpus=1, time_limit=60.0), ["train.py", "--db-password=hunter2"]
+        )
+    finally:
+        store.close()
+    reply = client.get("/api/scheduler")
+    assert reply.status_code == 200
+    assert [job["spec"]["team"] for job in reply.json()["jobs"]] == ["ml"]
+    assert "hunter2" not in reply.text
+    assert "hunter2" not in client.get("/scheduler").text

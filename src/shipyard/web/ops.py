@@ -33,7 +33,9 @@ def scheduler(scheduler_url: str) -> dict[str, Any]:
         "status": live,
         "status_error": error,
         "teams": {team: dict(counts) for team, counts in sorted(teams.items())},
-        "jobs": jobs[-500:],
+        # A job's command holds paths, arguments and sometimes secrets; the scheduler's own API
+        # shows it only to its token's holders, and the console never shows it at all.
+        "jobs": [{k: v for k, v in job.items() if k != "command"} for job in jobs[-500:]],
     }
 
 
