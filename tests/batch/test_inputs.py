@@ -131,3 +131,11 @@ def test_batches_respect_the_token_budget(lengths: list[int], budget: int) -> No
         longest = max(lengths[i] for i in group)
         assert len(group) == 1 or len(group) * longest <= budget
         assert len(group) <= 64
+
+
+def test_a_column_name_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / DOCS_FILE
+    path.write_bytes(VALID.replace(b"\x18\x04text", b"\x18\x04\x80ext"))  # the footer's name
+    assert path.read_bytes() != VALID
+    with pytest.raises(InvalidInput, match="a column name is not UTF-8"):
+        DocTable(path)

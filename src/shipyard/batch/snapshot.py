@@ -82,12 +82,13 @@ class DocTable:
         changes = path.name == CHANGES_FILE
         try:
             table = pq.read_table(path)
+            names = table.column_names  # Parquet does not promise UTF-8 names either
+        except UnicodeDecodeError as exc:
+            raise InvalidInput(f"{path}: a column name is not UTF-8 ({exc.reason})") from None
         except (OSError, pa.ArrowException, ValueError) as exc:
             raise InvalidInput(f"{path}: not a readable Parquet file ({str(exc)[:200]})") from None
-        if "text" in table.column_names and pa.types.is_string(table.schema.field("text").type):
-            table = table.set_column(
-                table.column_names.index("text"), "text", table["text"].cast(pa.binary())
-            )
+        if "text" in names and pa.types.is_string(table.schema.field("text").type):
+            table = table.set_column(names.index("text"), "text", table["text"].cast(pa.binary()))
         _check(table, str(path), changes)
         self.path = path
         self._ids: list[str] = table["doc_id"].to_pylist()
