@@ -80,6 +80,7 @@ class _Keeper:
             [sys.executable, "-I", "-S", str(keeper)],  # stdlib only: starts in milliseconds
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,  # never hold a caller's pipe open after the caller ends
             start_new_session=True,  # a signal to the parent's group must not end it too
         )
         self._owner = os.getpid()

@@ -1,4 +1,6 @@
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -70,3 +72,45 @@ def test_ray_executor_same_contract(tmp_path: Path) -> None:
         check_hang(executor, tmp_path)
     finally:
         executor.close()
+
+
+_KILLED_PARENT = """
+import os, sys, time
+from pathlib import Path
+from shipyard.data.executors import LocalExecutor
+
+def hang(path: Path) -> None:
+    path.write_text(str(os.getpid()))
+    time.sleep(600)
+
+LocalExecutor(workers=1, task_timeout_s=900).map(hang, [Path(sys.argv[1])])
+"""
+
+
+def test_a_killed_parent_takes_its_running_attempts_with_it(tmp_path: Path) -> None:
+    """SIGKILL gives the parent no chance to clean up: the kernel's parent-death signal must."""
+    pid_file = tmp_path / "attempt.pid"
+    parent = subprocess.Popen([sys.executable, "-c", _KILLED_PARENT, str(pid_file)])
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() or not pid_file.read_text():
+            assert parent.poll() is None and time.monotonic() < deadline, "no attempt started"
+            time.sleep(0.05)
+        attempt = int(pid_file.read_text())
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 60
+        while _alive(attempt):
+            assert time.monotonic() < deadline, f"attempt {attempt} outlived its SIGKILLed parent"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        parent.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"

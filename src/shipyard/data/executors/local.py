@@ -6,6 +6,7 @@ not a failed run.
 """
 
 import multiprocessing
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any, TypeVar
 
+from shipyard.children import die_with_parent
 from shipyard.data.executors.base import Attempts, Outcome, Resume, past_deadline
 
 T = TypeVar("T")
@@ -21,7 +23,8 @@ R = TypeVar("R")
 _CTX = multiprocessing.get_context("fork")
 
 
-def _child(fn: Callable[[Any], Any], task: Any, conn: Connection) -> None:
+def _child(fn: Callable[[Any], Any], task: Any, conn: Connection, parent: int) -> None:
+    die_with_parent(parent)  # a SIGKILLed `data run` must not leave its attempts running
     try:
         conn.send((True, fn(task)))
     except BaseException as exc:
@@ -74,7 +77,8 @@ class LocalExecutor:
 
     def _start(self, fn: Callable[[T], R], task: T, index: int) -> _Attempt:
         parent, child = _CTX.Pipe(duplex=False)
-        process = _CTX.Process(target=_child, args=(fn, task, child), daemon=True)
+        args = (fn, task, child, os.getpid())
+        process = _CTX.Process(target=_child, args=args, daemon=True)
         process.start()
         child.close()
         return _Attempt(index, process, parent, time.monotonic() + self.task_timeout_s)
