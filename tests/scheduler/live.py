@@ -39,6 +39,7 @@ class Live:
     port: int
     home: Path
     output: Path
+    pid: int
 
     @property
     def token(self) -> str:
@@ -99,7 +100,7 @@ def scheduler(home: Path, workdir: Path, config: Any = None) -> Iterator[Live]:
     with output.open("w") as out:
         env = {**os.environ, "SHIPYARD_HOME": str(home)}
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-    live = Live(f"http://127.0.0.1:{port}", port, home, output)
+    live = Live(f"http://127.0.0.1:{port}", port, home, output, proc.pid)
 
     def up() -> bool:
         assert proc.poll() is None, output.read_text()

@@ -2,7 +2,8 @@
 
 Each node of a gang gets one process whose `CUDA_VISIBLE_DEVICES` lists that node's GPU ids
 (`SHIPYARD_NODE_RANK` and `SHIPYARD_NNODES` tell it its place). Stopping a job sends SIGTERM to
-its process groups and SIGKILL once its grace period is over.
+its process groups and SIGKILL once its grace period is over. Jobs die with the service: a
+restarted service requeues what was running, so a job left behind would run twice at once.
 """
 
 import contextlib
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from shipyard.children import reap, spawn
 from shipyard.errors import StorageError
 from shipyard.scheduler.model import Node, Running
 from shipyard.secretfile import ensure_private_dir
@@ -47,8 +49,7 @@ class LocalBackend:
             self._start(run, command, gpus, procs)
         except OSError:
             for proc in procs:  # all or nothing: a gang never runs partly
-                _signal(proc, signal.SIGKILL)
-                proc.wait()
+                reap(proc)
             self._give_back(gpus)
             raise
         self._gangs[run.job.id] = _Gang(procs, gpus)
@@ -73,11 +74,7 @@ class LocalBackend:
             path = self.log_dir / f"{run.job.id}.{rank}.log"
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
             with os.fdopen(os.open(path, flags, 0o600), "ab") as log:
-                procs.append(
-                    subprocess.Popen(
-                        command, env=env, stdout=log, stderr=log, start_new_session=True
-                    )
-                )
+                procs.append(spawn(command, env=env, stdout=log, stderr=log))
 
     def _give_back(self, gpus: dict[int, list[int]]) -> None:
         for i, ids in gpus.items():
@@ -104,6 +101,8 @@ class LocalBackend:
             codes = [proc.poll() for proc in gang.procs]
             if any(code is None for code in codes):
                 continue
+            for proc in gang.procs:  # what a job started does not outlive it
+                reap(proc)
             self._give_back(gang.gpus)
             del self._gangs[job_id]
             ended.append((job_id, next((c for c in codes if c), 0) or 0))
@@ -114,8 +113,7 @@ class LocalBackend:
             self.stop(job_id, 0.0, 0.0)
         for gang in self._gangs.values():
             for proc in gang.procs:
-                _signal(proc, signal.SIGKILL)
-                proc.wait()
+                reap(proc)
 
 
 def _signal(proc: "subprocess.Popen[bytes]", sig: signal.Signals) -> None:
