@@ -8,6 +8,7 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -154,6 +155,38 @@ def test_deploy_process_starts_its_router_and_stops_cleanly_on_sigterm(
     assert record["status"] == "stopped" and record["router"] == router
     with pytest.raises(httpx.TransportError):
         httpx.get(f"{router}/v1/models", timeout=5)  # its router went with it
+
+
+def test_a_sigkilled_deploy_process_takes_its_router_with_it(
+    shipyard_home: Path, external: str, tmp_path: Path
+) -> None:
+    spec = tmp_path / "ext.yaml"
+    spec.write_text(f"name: ext\nmodel: elsewhere\nengine: {{kind: openai, url: '{external}'}}\n")
+    process = subprocess.Popen(
+        [sys.executable, "-c", DEPLOY, "serve", "deploy", str(spec)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+        assert first.startswith("deployment ext: "), first
+        router = first.split(" behind ")[1].split()[0]
+        assert complete(router, "Hi", model="ext").status_code == 200
+        process.kill()
+        process.wait()
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                httpx.get(f"{router}/v1/models", timeout=5)
+            except httpx.TransportError:
+                break  # the router went with its controller, SIGKILL and all
+            assert time.monotonic() < deadline, "the router outlived its SIGKILLed controller"
+            time.sleep(0.2)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_a_fresh_host_pulls_the_model_through_its_peer_daemon(

@@ -4,6 +4,7 @@
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -14,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from shipyard.children import forget, keep
 from shipyard.errors import StorageError
 from shipyard.secretfile import ensure_private_dir
 from shipyard.serve.deploy.spec import DeploymentSpec
@@ -80,6 +82,9 @@ def launch(
             command, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True,
             env=env, start_new_session=True,
         )  # fmt: skip
+    # Dies with the controller, whichever thread started it (so no parent-death signal, which
+    # follows the thread): nothing adopts a replica after a restart, so one left would leak.
+    keep(process.pid, signal.SIGTERM)
     return Replica(name, version, artifact, process)
 
 
@@ -122,6 +127,7 @@ def stop(replica: Replica, grace: float = 5.0) -> None:
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
+    forget(process.pid)
 
 
 def health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
