@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.processes import alive as _alive
 
 # Spawns `sh`, which starts a background grandchild in the spawned group; a forked child of
 # the parent lives on (it must not keep the keeper waiting). Registers `argv[1]` for removal.
@@ -22,13 +23,6 @@ if os.fork() == 0:
 print(proc.pid, grandchild, flush=True)
 time.sleep(600)
 """
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.parametrize("how", ["kill", "terminate"])

@@ -1,14 +1,13 @@
 """`shipyard batch run`'s worker processes die with it, SIGTERM or SIGKILL."""
 
-import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from tests.processes import alive, children_of
 
 from .conftest import Backfill
 
@@ -18,30 +17,6 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 180) -> 
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
-
-
-def _stat(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    except (FileNotFoundError, ProcessLookupError):
-        return []
-
-
-def alive(pid: int) -> bool:
-    stat = _stat(pid)
-    return bool(stat) and stat[0] != "Z"  # an orphan's zombie may wait long for its reaper
-
-
-def workers_of(parent: int) -> list[int]:
-    pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    return [p for p in pids if (s := _stat(p)) and s[1] == str(parent) and _is_worker(p)]
-
-
-def _is_worker(pid: int) -> bool:
-    try:
-        return b"shipyard.batch.worker" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 @pytest.mark.slow
@@ -60,7 +35,7 @@ def test_batch_run_workers_die_with_it(backfill: Backfill, sig: signal.Signals) 
         workers: list[int] = []
 
         def started() -> bool:
-            workers[:] = workers_of(run.pid)
+            workers[:] = children_of(run.pid, b"shipyard.batch.worker")
             return len(workers) >= 2 or run.poll() is not None
 
         wait_for(started, "two workers to start")

@@ -5,6 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.processes import alive
 
 from shipyard.data.executors import LocalExecutor
 from shipyard.data.executors.base import Outcome
@@ -100,17 +101,9 @@ def test_a_killed_parent_takes_its_running_attempts_with_it(tmp_path: Path) -> N
         parent.kill()
         parent.wait()
         deadline = time.monotonic() + 60
-        while _alive(attempt):
+        while alive(attempt):
             assert time.monotonic() < deadline, f"attempt {attempt} outlived its SIGKILLed parent"
             time.sleep(0.05)
     finally:
         parent.kill()
         parent.wait()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"

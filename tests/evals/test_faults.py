@@ -7,10 +7,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.processes import alive, children_of
 
 from shipyard.evals import EvalWorker, ResultStore, plan, queue_name, work
 from shipyard.evals.engine import warm_engine
@@ -206,26 +206,6 @@ def test_workers_after_a_sigkill_with_short_leases_never_crash(
     assert (qstats.done, qstats.dead) == (40, 0)
 
 
-def _workers_of(parent: int) -> list[int]:
-    found = []
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if stat[1] == str(parent) and b"shipyard.evals.worker" in cmdline:
-            found.append(int(name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
 def test_eval_run_workers_die_with_it(
@@ -241,10 +221,13 @@ def test_eval_run_workers_die_with_it(
         stderr=subprocess.PIPE,
     )
     try:
-        workers = _wait(lambda: len(w := _workers_of(run.pid)) == 2 and w, "two workers")
+        workers = _wait(
+            lambda: len(w := children_of(run.pid, b"shipyard.evals.worker")) == 2 and w,
+            "two workers",
+        )
         run.send_signal(sig)
         run.communicate(timeout=120)
-        _wait(lambda: not any(_alive(p) for p in workers), f"the workers to die after {sig!r}")
+        _wait(lambda: not any(alive(p) for p in workers), f"the workers to die after {sig!r}")
     finally:
         run.kill()
         run.communicate()

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
+from tests.processes import alive, children_of
 
 from shipyard.db.cluster import Cluster
 
@@ -92,10 +93,12 @@ def test_a_killed_benchmark_leaves_no_postgresql_behind(
             pidfile = _wait(lambda: next(scratch.glob("shipyard-pg-*/data/postmaster.pid"), None))
             root = pidfile.parents[1]
             server = int(_wait(lambda: pidfile.read_text().split()[:1])[0])
-            _wait(lambda: _keeper_of(proc.pid))  # the server started and is in the keeper's care
+            _wait(
+                lambda: children_of(proc.pid, b"keeper.py")
+            )  # the server started and is in the keeper's care
             proc.send_signal(sig)
             proc.wait(timeout=120)
-            _wait(lambda: not _running(server) and not root.exists())
+            _wait(lambda: not alive(server) and not root.exists())
         finally:
             proc.kill()
             proc.wait()
@@ -109,23 +112,3 @@ def _wait(condition: Callable[[], T | None], timeout: float = 180) -> T:
         assert time.monotonic() < deadline, "timed out"
         time.sleep(0.05)
     return value
-
-
-def _running(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
-def _keeper_of(parent: int) -> bool:
-    for name in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            stat = Path(f"/proc/{name}/stat").read_text().rpartition(")")[2].split()
-            cmdline = Path(f"/proc/{name}/cmdline").read_bytes()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-        if stat[1] == str(parent) and b"keeper.py" in cmdline:
-            return True
-    return False

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tests.processes import alive
 
 from shipyard.db import Database
 from shipyard.queue import Queue
@@ -32,15 +33,6 @@ def wait_for(condition: Callable[[], bool], what: str, timeout: float = 120) -> 
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
-
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie (an orphan's zombie waits for a reaper that may never come)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def worker(db_url: str, *args: str) -> "subprocess.Popen[str]":

@@ -7,17 +7,11 @@ import sys
 import time
 from pathlib import Path
 
+from tests.processes import alive
+
 from .live import scheduler, wait_for
 
 JOB = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(600)"
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"  # an orphan's zombie may wait a while for its reaper
 
 
 def test_a_sigkilled_service_takes_its_running_jobs_with_it(tmp_path: Path) -> None:
