@@ -9,6 +9,8 @@ import stat
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -129,9 +131,9 @@ DEPLOY = (
 )
 
 
-def test_deploy_process_starts_its_router_and_stops_cleanly_on_sigterm(
-    shipyard_home: Path, external: str, tmp_path: Path
-) -> None:
+@contextmanager
+def deploy_process(external: str, tmp_path: Path) -> Iterator[tuple["subprocess.Popen[str]", str]]:
+    """`shipyard serve deploy` of an external engine, serving: the process and its router."""
     spec = tmp_path / "ext.yaml"
     spec.write_text(f"name: ext\nmodel: elsewhere\nengine: {{kind: openai, url: '{external}'}}\n")
     process = subprocess.Popen(
@@ -145,12 +147,19 @@ def test_deploy_process_starts_its_router_and_stops_cleanly_on_sigterm(
         assert first.startswith("deployment ext: 1 replica(s) of external behind http://"), first
         router = first.split(" behind ")[1].split()[0]
         assert complete(router, "Hi", model="ext").status_code == 200
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(60) == 0
+        yield process, router
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_deploy_process_starts_its_router_and_stops_cleanly_on_sigterm(
+    shipyard_home: Path, external: str, tmp_path: Path
+) -> None:
+    with deploy_process(external, tmp_path) as (process, router):
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
     record = json.loads((shipyard_home / "serve/deployments/ext.json").read_text())
     assert record["status"] == "stopped" and record["router"] == router
     with pytest.raises(httpx.TransportError):
@@ -160,33 +169,17 @@ def test_deploy_process_starts_its_router_and_stops_cleanly_on_sigterm(
 def test_a_sigkilled_deploy_process_takes_its_router_with_it(
     shipyard_home: Path, external: str, tmp_path: Path
 ) -> None:
-    spec = tmp_path / "ext.yaml"
-    spec.write_text(f"name: ext\nmodel: elsewhere\nengine: {{kind: openai, url: '{external}'}}\n")
-    process = subprocess.Popen(
-        [sys.executable, "-c", DEPLOY, "serve", "deploy", str(spec)],
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        assert process.stdout is not None
-        first = process.stdout.readline()
-        assert first.startswith("deployment ext: "), first
-        router = first.split(" behind ")[1].split()[0]
-        assert complete(router, "Hi", model="ext").status_code == 200
+    with deploy_process(external, tmp_path) as (process, router):
         process.kill()
         process.wait()
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                httpx.get(f"{router}/v1/models", timeout=5)
-            except httpx.TransportError:
-                break  # the router went with its controller, SIGKILL and all
-            assert time.monotonic() < deadline, "the router outlived its SIGKILLed controller"
-            time.sleep(0.2)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"{router}/v1/models", timeout=5)
+        except httpx.TransportError:
+            break  # the router went with its controller, SIGKILL and all
+        assert time.monotonic() < deadline, "the router outlived its SIGKILLed controller"
+        time.sleep(0.2)
 
 
 def test_a_fresh_host_pulls_the_model_through_its_peer_daemon(
