@@ -23,6 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from shipyard.children import spawn, stop
 from shipyard.distribute import pull
 from shipyard.store import LocalBackend, PieceStore, put_tree
 
@@ -46,13 +47,7 @@ def main() -> None:
                 out.write(os.urandom(1 << 20))
         store = PieceStore(LocalBackend(work / "store", fsync=False))
         manifest = put_tree(store, source, "model", int(args.piece_mib * (1 << 20)))
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        cmd = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen",
-               f"127.0.0.1:{port}", "--store", str(work / "store"), "--no-fsync"]  # fmt: skip
-        daemon = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_listening(port)  # its start-up is not what is measured
+        daemon, port = start_daemon(work / "store")  # its start-up is not what is measured
         pulls, copies, method = [], [], None
         for run in range(args.runs):
             started = time.monotonic()
@@ -67,8 +62,7 @@ def main() -> None:
             print(f"run {run}: pull {pulls[-1]:.3f} s, copy {copies[-1]:.3f} s", file=sys.stderr)
     finally:
         if daemon:
-            daemon.kill()
-            daemon.wait()
+            stop(daemon)
         shutil.rmtree(work, ignore_errors=True)
     value, baseline = statistics.median(pulls), statistics.median(copies)
     print(json.dumps({
@@ -76,6 +70,18 @@ def main() -> None:
         "ratio": round(value / baseline, 2), "size_mib": args.size_mib, "verify": args.verify,
         "copy": method, "load_avg_1m": round(os.getloadavg()[0], 2),
     }))  # fmt: skip
+
+
+def start_daemon(store: Path) -> tuple["subprocess.Popen[bytes]", int]:
+    """A peer daemon over `store` on a free loopback port, listening; it dies with this script."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    cmd = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen",
+           f"127.0.0.1:{port}", "--store", str(store), "--no-fsync"]  # fmt: skip
+    daemon = spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_listening(port)
+    return daemon, port
 
 
 def wait_listening(port: int) -> None:

@@ -18,15 +18,14 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from shipyard.children import spawn, stop
+from pull_dest import start_daemon
+from shipyard.children import stop
 from shipyard.distribute import pull
 from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 from shipyard.trust import gate
@@ -66,13 +65,7 @@ def main() -> None:
         os.environ["SHIPYARD_TRUST_POLICY"] = str(policy)
         signs = [time_sign(store, manifest, key_file) for _ in range(max(args.runs, 5))]
         verifies = [time_verify(store, manifest) for _ in range(max(args.runs, 5))]
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
-        cmd = [sys.executable, "-m", "shipyard.cli.main", "peer", "serve", "--listen",
-               f"127.0.0.1:{port}", "--store", str(work / "store"), "--no-fsync"]  # fmt: skip
-        daemon = spawn(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_listening(port)  # its start-up is not what is measured
+        daemon, port = start_daemon(work / "store")  # its start-up is not what is measured
         ws = Workspace.open()
         read = gate.Read(manifest.id, manifest.id, "pull")
 
@@ -134,18 +127,6 @@ def time_verify(store: PieceStore, manifest: Manifest) -> float:
     if judge(policy, manifest.id, manifest.kind, None, stored).signer is None:
         raise SystemExit("the signature did not verify")
     return time.monotonic() - started
-
-
-def wait_listening(port: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise SystemExit("the daemon did not start") from None
-            time.sleep(0.05)
 
 
 if __name__ == "__main__":
