@@ -16,7 +16,9 @@ the main thread or another that lives as long as the children.
 
 import contextlib
 import ctypes
+import errno
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -86,6 +88,13 @@ class _Keeper:
         self._owner = os.getpid()
 
 
+# The parent-death signal is armed by util-linux's `setpriv`, which then execs the command, not
+# by a `preexec_fn`: Python code between fork and exec may run finalizers (a database
+# connection's, say) in the child that act on the parent's sockets, and it can deadlock on locks
+# other threads held at the fork.
+_SETPRIV = shutil.which("setpriv")
+_PDEATHSIG_WRAPPER = [_SETPRIV, "--pdeathsig", "KILL", "--"] if _SETPRIV else []
+
 _KEEPER = _Keeper()
 os.register_at_fork(after_in_child=_KEEPER.forked)
 
@@ -112,19 +121,31 @@ def spawn(
 ) -> "subprocess.Popen[bytes]":
     """Start `argv` in a new process group that dies with this process (see the module's doc).
     End it with `stop`, or `reap` once it exited."""
-    parent = os.getpid()
     proc = subprocess.Popen(
-        list(argv),
+        [*_PDEATHSIG_WRAPPER, _program(argv[0], env, cwd), *argv[1:]],
         stdin=stdin,
         stdout=stdout,
         stderr=stderr,
         env=env,
         cwd=cwd,
         start_new_session=True,
-        preexec_fn=lambda: die_with_parent(parent),
     )
     keep(proc.pid)
     return proc
+
+
+def _program(name: str, env: dict[str, str] | None, cwd: Path | None) -> str:
+    """`name` as `exec` would find it; FileNotFoundError, as `Popen` raises, when it would not
+    (the wrapper would only report it by an exit code)."""
+    if os.sep in name:
+        path = Path(cwd or ".") / name
+        if path.is_file() and os.access(path, os.X_OK):
+            return name
+    else:
+        found = shutil.which(name, path=os.pathsep.join(os.get_exec_path(env)))
+        if found:
+            return found
+    raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), name)
 
 
 def signal_group(proc: "subprocess.Popen[bytes]", sig: signal.Signals) -> None:
