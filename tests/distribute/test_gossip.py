@@ -46,7 +46,7 @@ def test_a_member_that_never_answers_does_not_hold_back_the_heartbeat(tmp_path: 
         await daemon.start()
         ages = []
         try:
-            for _ in range(8):  # 2 s: a hung exchange lasts the 4 s idle timeout
+            for _ in range(16):  # 4 s: a hung exchange lasts the 4 s idle timeout
                 await asyncio.sleep(0.25)
                 record = daemon.ctx.membership.records[config.me]
                 ages.append(time.time() - record.heartbeat / 1000)
@@ -61,7 +61,9 @@ def test_a_member_that_never_answers_does_not_hold_back_the_heartbeat(tmp_path: 
         for conn in held:
             conn.close()
     assert held, "the daemon never tried the silent member"
-    assert max(ages) < 1.0, ages  # beats every 0.3 s (±20%), whatever the exchanges do
+    # Beats every 0.3 s (±20%), whatever the exchanges do; a beat held back by the hung exchange
+    # would be 3-4 s old by the end, while a loaded machine may delay a healthy one by a second.
+    assert max(ages) < 2.0, ages
 
 
 def test_a_fetch_with_nothing_in_flight_schedules_as_soon_as_gossip_names_a_holder(
