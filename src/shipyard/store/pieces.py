@@ -75,12 +75,8 @@ class PieceStore:
             _check_size(ref, len(data))
             view[:] = data
             return
+        source = self._open_local(ref)
         try:
-            source = os.open(self.backend.path(piece_key(ref.hash)), os.O_RDONLY)
-        except FileNotFoundError:
-            raise IntegrityError(f"piece {ref.hash} is missing from {self.backend.uri}") from None
-        try:
-            _check_size(ref, os.fstat(source).st_size)
             done = 0
             while done < ref.size:
                 n = os.preadv(source, [view[done:]], done)
@@ -101,12 +97,8 @@ class PieceStore:
             _check_size(ref, len(data))
             pwrite_all(fd, data, ref.offset)
             return
+        source = self._open_local(ref)
         try:
-            source = os.open(self.backend.path(piece_key(ref.hash)), os.O_RDONLY)
-        except FileNotFoundError:
-            raise IntegrityError(f"piece {ref.hash} is missing from {self.backend.uri}") from None
-        try:
-            _check_size(ref, os.fstat(source).st_size)
             with (
                 mmap.mmap(source, ref.size, prot=mmap.PROT_READ) as mapped,
                 memoryview(mapped) as view,
@@ -122,6 +114,20 @@ class PieceStore:
                 copied += n
         finally:
             os.close(source)
+
+    def _open_local(self, ref: PieceRef) -> int:
+        """A descriptor of the local piece file, its size checked against `ref`."""
+        assert isinstance(self.backend, LocalBackend)
+        try:
+            source = os.open(self.backend.path(piece_key(ref.hash)), os.O_RDONLY)
+        except FileNotFoundError:
+            raise IntegrityError(f"piece {ref.hash} is missing from {self.backend.uri}") from None
+        try:
+            _check_size(ref, os.fstat(source).st_size)
+        except BaseException:
+            os.close(source)
+            raise
+        return source
 
     def put_manifest(self, manifest: Manifest) -> str:
         artifact_id = manifest.id
