@@ -6,6 +6,8 @@ and no bit the process's umask removes. So no manifest makes a file that group o
 write, or a setuid, setgid or sticky one; a stricter umask (0o077) keeps files private.
 """
 
+import contextlib
+
 WRITTEN_BITS = 0o755
 
 
@@ -17,11 +19,8 @@ def written_mode(mode: int) -> int:
 def current_umask() -> int:
     """The process's umask, read without changing it: `os.umask` can only set it, and setting
     it for a moment would race the other threads creating files."""
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
     return 0o077  # no /proc here (or a kernel before 4.7): the strictest owner-only mask
