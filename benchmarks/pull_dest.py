@@ -25,7 +25,7 @@ from pathlib import Path
 
 from shipyard.children import spawn, stop
 from shipyard.distribute import pull
-from shipyard.store import LocalBackend, PieceStore, put_tree
+from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
 
 
 def main() -> None:
@@ -41,12 +41,7 @@ def main() -> None:
     daemon = None
     try:
         source = work / "src"
-        source.mkdir()
-        with open(source / "model.bin", "wb") as out:
-            for _ in range(args.size_mib):
-                out.write(os.urandom(1 << 20))
-        store = PieceStore(LocalBackend(work / "store", fsync=False))
-        manifest = put_tree(store, source, "model", int(args.piece_mib * (1 << 20)))
+        _, manifest = random_model(source, work / "store", args.size_mib, args.piece_mib)
         daemon, port = start_daemon(work / "store")  # its start-up is not what is measured
         pulls, copies, method = [], [], None
         for run in range(args.runs):
@@ -70,6 +65,18 @@ def main() -> None:
         "ratio": round(value / baseline, 2), "size_mib": args.size_mib, "verify": args.verify,
         "copy": method, "load_avg_1m": round(os.getloadavg()[0], 2),
     }))  # fmt: skip
+
+
+def random_model(
+    source: Path, store_dir: Path, size_mib: int, piece_mib: float
+) -> tuple[PieceStore, Manifest]:
+    """`source/model.bin` of random bytes, put as a model artifact into a store at `store_dir`."""
+    source.mkdir()
+    with open(source / "model.bin", "wb") as out:
+        for _ in range(size_mib):
+            out.write(os.urandom(1 << 20))
+    store = PieceStore(LocalBackend(store_dir, fsync=False))
+    return store, put_tree(store, source, "model", int(piece_mib * (1 << 20)))
 
 
 def start_daemon(store: Path) -> tuple["subprocess.Popen[bytes]", int]:

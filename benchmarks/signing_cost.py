@@ -24,10 +24,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from pull_dest import start_daemon
+from pull_dest import random_model, start_daemon
 from shipyard.children import stop
 from shipyard.distribute import pull
-from shipyard.store import LocalBackend, Manifest, PieceStore, put_tree
+from shipyard.store import Manifest, PieceStore
 from shipyard.trust import gate
 from shipyard.trust.keys import generate, load_signing_key, write_key_pair
 from shipyard.trust.policy import judge, load_policy
@@ -50,12 +50,7 @@ def main() -> None:
         os.environ["SHIPYARD_HOME"] = str(work / "home")
         os.environ["SHIPYARD_STORE"] = str(work / "store")
         source = work / "src"
-        source.mkdir()
-        with open(source / "model.bin", "wb") as out:
-            for _ in range(args.size_mib):
-                out.write(os.urandom(1 << 20))
-        store = PieceStore(LocalBackend(work / "store", fsync=False))
-        manifest = put_tree(store, source, "model", int(args.piece_mib * (1 << 20)))
+        store, manifest = random_model(source, work / "store", args.size_mib, args.piece_mib)
         shutil.rmtree(source)  # only the store and the pulls' copies need the space
         key_file = work / "keys" / "release"
         public = write_key_pair(generate(args.algorithm), key_file)
