@@ -18,8 +18,17 @@ FAULT_KINDS = ("kill", "hang", "straggler", "nan")  # random (chaos.kinds) or sc
 SCRIPTED_KINDS = (*FAULT_KINDS, "corrupt", "corrupt-manifest")
 
 
+MODEL_KINDS = ("gpt", "hf")
+
+
 @dataclass(frozen=True)
 class ModelConfig:
+    """`kind` "gpt": Shipyard's own small GPT, shaped by the fields below (pre-training demos).
+    `kind` "hf": a Hugging Face causal LM to fine-tune from `source` (a local model directory or a
+    model artifact: id, prefix or alias); its shape is its own, and only `seq_len` applies."""
+
+    kind: str = "gpt"
+    source: str = ""
     vocab_size: int = 512
     d_model: int = 128
     n_layers: int = 2
@@ -27,8 +36,66 @@ class ModelConfig:
     seq_len: int = 64
 
     def validate(self) -> None:
+        _check(self.kind in MODEL_KINDS, "model.kind", f"must be one of {MODEL_KINDS}")
+        _check(
+            (self.kind == "hf") == bool(self.source),
+            "model.source",
+            "names the model to fine-tune exactly when model.kind is 'hf'",
+        )
         _positive(self, "vocab_size", "d_model", "n_layers", "n_heads", "seq_len")
         _check(self.d_model % self.n_heads == 0, "model.d_model", "must divide by model.n_heads")
+
+
+@dataclass(frozen=True)
+class LoraConfig:
+    """LoRA adapters (peft) on the modules whose names end with one of `targets`; `rank` 0 trains
+    every weight instead (a full fine-tune). Only for `model.kind = "hf"`."""
+
+    rank: int = 0
+    alpha: float = 16.0
+    dropout: float = 0.0
+    targets: tuple[str, ...] = ("q_proj", "v_proj")
+
+    def validate(self) -> None:
+        _check(self.rank >= 0, "lora.rank", "must be >= 0 (0 = full fine-tune)")
+        _check(self.alpha > 0, "lora.alpha", "must be > 0")
+        _check(0 <= self.dropout < 1, "lora.dropout", "must be in [0, 1)")
+        _check(
+            all(isinstance(t, str) and t for t in self.targets) and bool(self.targets),
+            "lora.targets",
+            "must be a non-empty list of module names",
+        )
+
+
+@dataclass(frozen=True)
+class EvalHookConfig:
+    """Evals the controller enqueues on the work queue for every committed checkpoint: the `fast`
+    tasks on each, the `full` tasks too on every `full_every`-th (and on a promotion candidate)."""
+
+    fast: tuple[str, ...] = ()
+    full: tuple[str, ...] = ()
+    full_every: int = 5
+
+    def validate(self) -> None:
+        _check(self.full_every >= 1, "evals.full_every", "must be >= 1")
+        _check(bool(self.fast) or not self.full, "evals.fast", "name a fast task to run full ones")
+
+
+@dataclass(frozen=True)
+class DeployHookConfig:
+    """Roll a checkpoint that passes its gate out to `deployment` by canary. The gate compares the
+    checkpoint with the model the deployment's alias serves on `gate_tasks` (default: the fast
+    eval tasks) by the paired rule: promoted unless it is worse by more than `max_drop` with the
+    paired standard error's `z` margin."""
+
+    deployment: str = ""
+    gate_tasks: tuple[str, ...] = ()
+    max_drop: float = 0.0
+    z: float = 1.96
+
+    def validate(self) -> None:
+        _check(self.max_drop >= 0, "deploy.max_drop", "must be >= 0")
+        _check(self.z >= 0, "deploy.z", "must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -155,11 +222,21 @@ class TrainConfig:
     train: ScheduleConfig = field(default_factory=ScheduleConfig)
     controller: ControllerConfig = field(default_factory=ControllerConfig)
     chaos: ChaosConfig = field(default_factory=ChaosConfig)
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    evals: EvalHookConfig = field(default_factory=EvalHookConfig)
+    deploy: DeployHookConfig = field(default_factory=DeployHookConfig)
     alias: str = ""  # moved to the model artifact when the run succeeds
 
     def __post_init__(self) -> None:
-        for part in (self.data, self.model, self.optim, self.train, self.controller, self.chaos):
+        parts = (self.data, self.model, self.optim, self.train, self.controller, self.chaos)
+        for part in (*parts, self.lora, self.evals, self.deploy):
             part.validate()
+        _check(self.model.kind == "hf" or not self.lora.rank, "lora.rank", "needs model.kind 'hf'")
+        _check(
+            not self.deploy.deployment or bool(self.deploy.gate_tasks or self.evals.fast),
+            "deploy.gate_tasks",
+            "a deployment needs gate tasks (or evals.fast to default to)",
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -181,6 +258,9 @@ class TrainConfig:
             train=_build(ScheduleConfig, raw.get("train", {}), "train"),
             controller=_build(ControllerConfig, raw.get("controller", {}), "controller"),
             chaos=_build(ChaosConfig, chaos, "chaos"),
+            lora=_build(LoraConfig, raw.get("lora", {}), "lora"),
+            evals=_build(EvalHookConfig, raw.get("evals", {}), "evals"),
+            deploy=_build(DeployHookConfig, raw.get("deploy", {}), "deploy"),
             alias=str(raw.get("alias", "")),
         )
 
@@ -220,9 +300,13 @@ def _build(cls: type[_T], raw: Any, where: str) -> _T:
             value = float(value) if ok else value
         elif isinstance(default, str):
             ok = isinstance(value, str)
+        elif isinstance(default, tuple) and name != "faults":
+            ok = isinstance(value, list | tuple) and all(isinstance(v, str) for v in value)
+            value = tuple(value) if ok else value
         else:
             ok = True
-        _check(ok, f"{where}.{name}", f"must be a {type(default).__name__}, got {value!r}")
+        wanted = "list of strings" if isinstance(default, tuple) else type(default).__name__
+        _check(ok, f"{where}.{name}", f"must be a {wanted}, got {value!r}")
         values[name] = value
     return cls(**values)
 
