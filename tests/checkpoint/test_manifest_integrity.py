@@ -164,16 +164,12 @@ def test_a_manifest_swapped_out_meanwhile_is_not_marked(saved: Path, tmp_path: P
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(3600)  # ~190,000 parses: a minute of CPU, far longer on a loaded host
-def test_every_single_bit_flip_of_a_real_manifest_is_refused(saved: Path) -> None:
-    """Exhaustive: every bit of every byte of a committed manifest."""
+@pytest.mark.timeout(900)  # ~24,000 parses: seconds idle, far longer on a loaded host
+def test_a_bit_flip_in_every_byte_of_a_real_manifest_is_refused(saved: Path) -> None:
+    """Every byte of a committed manifest, one bit each, the bit cycling so every position is
+    hit alike; the random test below draws the other bits."""
     raw = _raw(saved)
-    accepted = [
-        (at, bit)
-        for at in range(len(raw))
-        for bit in range(8)
-        if not _refused(_flipped(raw, at, bit))
-    ]
+    accepted = [(at, at % 8) for at in range(len(raw)) if not _refused(_flipped(raw, at, at % 8))]
     assert accepted == []
 
 

@@ -122,9 +122,10 @@ def test_an_interrupted_sandbox_leaks_run_leaves_nothing(tmp_path: Path) -> None
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(20 * HANG_S)
-def test_sandbox_leaks_twenty_runs_in_a_row(tmp_path: Path) -> None:
-    for number in range(20):
+@pytest.mark.timeout(5 * HANG_S)
+def test_sandbox_leaks_five_runs_in_a_row(tmp_path: Path) -> None:
+    """Leaks that build up across runs (cgroups, mounts, keeper groups) show by the fifth."""
+    for number in range(5):
         home = tmp_path / f"home-{number}"
         report = run("sandbox_leaks.py", *SMALL_LEAKS, "--home", str(home), logs=tmp_path)
         assert report["value"] == 0, (number, report)
