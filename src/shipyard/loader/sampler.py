@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from shipyard.errors import InvalidInput
 from shipyard.loader.dataset import TokenDataset
+from shipyard.loader.loss_mask import open_loss_mask
 from shipyard.loader.mixing import Mixture
 from shipyard.loader.packing import PackedSource, Part, doc_starts
 from shipyard.loader.spec import LoaderSpec
@@ -66,6 +67,9 @@ class Batch:
     _layout: _Layout = field(repr=False, compare=False)
     _first: list[int] = field(repr=False, compare=False)  # per source: its first sample
     _parts: list[tuple[Part, ...]] = field(repr=False, compare=False)  # per source: read there
+    # (samples, seq_len): True where the token is a training target; None when no source has a
+    # loss mask (every token is one). Rows of sources without a mask are all True.
+    loss_mask: npt.NDArray[np.bool_] | None = None
 
     @cached_property
     def sample_ids(self) -> npt.NDArray[np.int64]:
@@ -101,6 +105,12 @@ class Sampler:
             for ds, src in zip(datasets, spec.sources, strict=True)
         ]
         self.datasets = list(datasets)
+        # Packed with the same name, length and seed, a mask reads the same stretches as its tokens.
+        masks = [open_loss_mask(ds) for ds in datasets]
+        self.masks = [
+            PackedSource(mask, src.name, spec.seq_len, spec.seed) if mask else None
+            for mask, src in zip(masks, spec.sources, strict=True)
+        ]
         batch = spec.global_batch
         self._mixtures = [Mixture(p.weights) for p in spec.phases]
         # Each phase's first global position and each source's count before it.
@@ -152,8 +162,27 @@ class Sampler:
             if len(rows):
                 parts[src] = source.read_into(first[src], rows, tokens)
         return Batch(
-            step, data_step, rank, world_size, tokens, layout.sources.copy(), layout, first, parts
+            step,
+            data_step,
+            rank,
+            world_size,
+            tokens,
+            layout.sources.copy(),
+            layout,
+            first,
+            parts,
+            self._loss_mask(layout, first),
         )
+
+    def _loss_mask(self, layout: _Layout, first: list[int]) -> npt.NDArray[np.bool_] | None:
+        if not any(self.masks):
+            return None
+        mask = np.ones((len(layout.sources), self.spec.seq_len), dtype=np.int64)
+        for src, (source, rows) in enumerate(zip(self.masks, layout.rows, strict=True)):
+            if source is not None and len(rows):
+                source.read_into(first[src], rows, mask)
+        targets: npt.NDArray[np.bool_] = mask != 0
+        return targets
 
     def position(self, step: int) -> dict[str, Any]:
         """What a checkpoint records to resume at `step`: the step and, for audit, the rest."""
