@@ -79,14 +79,16 @@ class WarmupConfig:
 @dataclass(frozen=True)
 class RolloutConfig:
     """`token_budget`: tokens a worker decodes per dispatch before it hands back what it has
-    (unfinished sequences continue at the next dispatch: partial rollouts). `step_latency_s`
-    adds wall time per decode step, emulating an accelerator engine that does not use host CPU."""
+    (unfinished sequences continue at the next dispatch: partial rollouts). `temperature` and
+    `top_p` shape the serving engine's sampling. `step_latency_s` adds wall time per decode
+    step, emulating an accelerator engine that does not use host CPU."""
 
     workers: int = 2
     group_size: int = 8
     prompts_per_step: int = 4
     max_new_tokens: int = 24
     temperature: float = 1.0
+    top_p: float = 1.0
     token_budget: int = 64
     step_latency_s: float = 0.0
 
@@ -96,6 +98,7 @@ class RolloutConfig:
         _check(self.prompts_per_step >= 1, "rollout.prompts_per_step", "must be >= 1")
         _check(self.max_new_tokens >= 1, "rollout.max_new_tokens", "must be >= 1")
         _check(self.temperature > 0, "rollout.temperature", "must be > 0")
+        _check(0 < self.top_p <= 1, "rollout.top_p", "must be in (0, 1]")
         _check(self.token_budget >= 1, "rollout.token_budget", "must be >= 1")
         _check(self.step_latency_s >= 0, "rollout.step_latency_s", "must be >= 0")
 
@@ -169,6 +172,11 @@ class RLConfig:
         for part in (self.task, self.warmup, self.rollout, self.trainer, self.reward):
             part.validate()
         self.model.validate()
+        _check(
+            self.model.kind == "gpt",
+            "model.kind",
+            "must be 'gpt' (a small model of this shape over the task's character vocabulary)",
+        )
         _check(self.model.vocab_size >= 98, "model.vocab_size", "must be >= 98 (the char vocab)")
         _check(self.sync in SYNC_MODES, "sync", f"must be one of {SYNC_MODES}")
         need = self.task.longest_example()

@@ -18,7 +18,6 @@ import torch
 from shipyard.rl.config import TrainerConfig
 from shipyard.rl.policy import prompt_row, token_logprobs
 from shipyard.rl.trajectory import SCORED, Trajectory
-from shipyard.train.model import GPT
 
 
 @dataclass
@@ -47,7 +46,10 @@ def advantages(groups: list[list[Trajectory]]) -> list[tuple[Trajectory, float]]
 
 
 def train_step(
-    model: GPT, optimizer: torch.optim.Optimizer, groups: list[list[Trajectory]], cfg: TrainerConfig
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    groups: list[list[Trajectory]],
+    cfg: TrainerConfig,
 ) -> StepStats:
     stats = StepStats()
     items = advantages(groups)

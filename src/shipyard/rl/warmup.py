@@ -7,12 +7,12 @@ from torch.nn import functional
 
 from shipyard.rl import verifiers
 from shipyard.rl.config import RLConfig
-from shipyard.rl.policy import pack, prompt_row, sample
+from shipyard.rl.policy import logits, pack, prompt_row
+from shipyard.rl.rollout import continue_rows, engine, segment_seed
 from shipyard.rl.tasks import EOS, PAD, arith_problem, decode, encode, target, think_length
-from shipyard.train.model import GPT
 
 
-def warmup(model: GPT, cfg: RLConfig) -> list[float]:
+def warmup(model: torch.nn.Module, cfg: RLConfig) -> list[float]:
     """`cfg.warmup.steps` steps of next-token loss on the completions only; the losses."""
     rng = random.Random(cfg.seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.warmup.lr)
@@ -28,9 +28,9 @@ def warmup(model: GPT, cfg: RLConfig) -> list[float]:
             masks.append([0] * len(prompt) + [1] * len(completion))
         tokens, _ = pack(rows)
         mask, _ = pack(masks)
-        logits = model(tokens[:, :-1])
+        out = logits(model, tokens[:, :-1])
         loss_each = functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), tokens[:, 1:].reshape(-1), reduction="none"
+            out.reshape(-1, out.shape[-1]), tokens[:, 1:].reshape(-1), reduction="none"
         )
         weight = (mask[:, 1:].reshape(-1) == 1).float() * (tokens[:, 1:].reshape(-1) != PAD).float()
         loss = (loss_each * weight).sum() / weight.sum()
@@ -42,24 +42,31 @@ def warmup(model: GPT, cfg: RLConfig) -> list[float]:
     return losses
 
 
-@torch.no_grad()
-def heldout_accuracy(model: GPT, cfg: RLConfig, samples: int = 4) -> float:
+def heldout_accuracy(model: torch.nn.Module, cfg: RLConfig, samples: int = 4) -> float:
     """Share of answers to held-out problems that the verifier scores 1, `samples` per problem
-    sampled at the rollout temperature with a fixed seed (pass@1: greedy decoding never leaves
-    a long-tailed thinking run)."""
+    sampled by the serving engine at the rollout temperature and top-p with fixed seeds (pass@1:
+    greedy decoding never leaves a long-tailed thinking run)."""
     model.eval()
     problems = [arith_problem(cfg.task, i, heldout=True) for i in range(cfg.task.heldout)]
     problems = [p for p in problems for _ in range(samples)]
     rows = [prompt_row(encode(p.prompt)) for p in problems]
-    steps = sample(
-        model,
-        rows,
-        [0] * len(rows),
-        max_new=cfg.rollout.max_new_tokens,
-        budget=cfg.rollout.max_new_tokens,
-        temperature=cfg.rollout.temperature,
-        generator=torch.Generator().manual_seed(cfg.seed),
-    )
+    runner = engine(model, min(len(rows), 64))
+    try:
+        steps = []
+        for first in range(0, len(rows), 64):  # the engine's queue holds one wave at a time
+            part = rows[first : first + 64]
+            steps += continue_rows(
+                runner,
+                part,
+                [0] * len(part),
+                [segment_seed(cfg.seed, f"heldout-{first + k}", 0) for k in range(len(part))],
+                max_new=cfg.rollout.max_new_tokens,
+                budget=cfg.rollout.max_new_tokens,
+                temperature=cfg.rollout.temperature,
+                top_p=cfg.rollout.top_p,
+            )
+    finally:
+        runner.stop()
     right = 0
     for problem, step in zip(problems, steps, strict=True):
         reward, _ = verifiers.score("arith", decode(step.tokens), problem.entry)

@@ -14,8 +14,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 from shipyard.rl.policy import load_weights, save_weights
-from shipyard.train.model import GPT
 
 KEEP = 32  # versions kept in shm: a queued dispatch may still name an older one
 
@@ -39,7 +40,7 @@ class Publisher:
         prefix = f"shipyard-rl-{os.getpid()}-"
         self._dir = Path(tempfile.mkdtemp(prefix=prefix, dir=root))
 
-    def push(self, model: GPT, version: int) -> str:
+    def push(self, model: torch.nn.Module, version: int) -> str:
         start = time.perf_counter()
         assert self._dir is not None
         path = self._dir / f"policy-v{version}.safetensors"
@@ -81,7 +82,7 @@ def _remove_orphans(root: Path) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def load(model: GPT, ref: str) -> None:
+def load(model: torch.nn.Module, ref: str) -> None:
     """Load a pushed version into `model` (a worker's side of the sync)."""
     if not ref.startswith("artifact:"):
         load_weights(model, Path(ref))

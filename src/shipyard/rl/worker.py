@@ -1,9 +1,11 @@
 """Rollout workers: processes that continue trajectories with the policy version they are sent.
 
-A dispatch names a weight version (and where to load it), the rows to continue and a token
-budget; the worker loads the version if it does not serve it yet, decodes, and answers with each
-row's new tokens, their log-probs, whether it finished, the version it served and how long the
-load and the decoding took. It keeps no rollout state between dispatches: the buffer does.
+Each worker holds a serving engine (`shipyard.serve.engine`) over its copy of the policy. A
+dispatch names a weight version (and where to load it), the rows to continue and a token budget;
+the worker loads the version into the engine's model if it does not serve it yet (between
+dispatches, so no request is in flight), lets the engine decode, and answers with each row's new
+tokens, the engine's log-probs of them, whether it finished, the version it served and how long
+the load and the decoding took. It keeps no rollout state between dispatches: the buffer does.
 """
 
 import contextlib
@@ -19,7 +21,9 @@ import torch
 from shipyard.children import die_with_parent
 from shipyard.rl import weights
 from shipyard.rl.config import RLConfig
-from shipyard.rl.policy import build, sample
+from shipyard.rl.policy import build
+from shipyard.rl.rollout import continue_rows, engine, segment_seed
+from shipyard.serve.engine import Engine
 
 
 def _serve(conn: Connection, cfg: RLConfig, index: int, parent: int) -> None:
@@ -27,7 +31,16 @@ def _serve(conn: Connection, cfg: RLConfig, index: int, parent: int) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
     model = build(cfg.model, cfg.seed)
-    model.eval()
+    runner = engine(model, cfg.rollout.group_size)
+    try:
+        _loop(conn, cfg, index, model, runner)
+    finally:
+        runner.stop()
+
+
+def _loop(
+    conn: Connection, cfg: RLConfig, index: int, model: torch.nn.Module, runner: Engine
+) -> None:
     version = -1
     while True:
         try:
@@ -39,21 +52,26 @@ def _serve(conn: Connection, cfg: RLConfig, index: int, parent: int) -> None:
         sync_s = 0.0
         if message["version"] != version:
             start = time.perf_counter()
-            weights.load(model, message["ref"])
+            weights.load(model, message["ref"])  # the engine is idle: the last call drained it
             version = message["version"]
             sync_s = time.perf_counter() - start
-        generator = torch.Generator().manual_seed(cfg.seed * 1_000_003 + message["dispatch"])
+        rows, generated = message["rows"], message["generated"]
+        seeds = [
+            segment_seed(cfg.seed, u, g) for u, g in zip(message["uids"], generated, strict=True)
+        ]
         start, cpu = time.perf_counter(), time.process_time()
-        steps = sample(
-            model,
-            message["rows"],
-            message["generated"],
+        steps = continue_rows(
+            runner,
+            rows,
+            generated,
+            seeds,
             max_new=cfg.rollout.max_new_tokens,
             budget=cfg.rollout.token_budget,
             temperature=cfg.rollout.temperature,
-            generator=generator,
-            step_latency_s=cfg.rollout.step_latency_s,
+            top_p=cfg.rollout.top_p,
         )
+        if cfg.rollout.step_latency_s:  # one batched decode step per token of the longest row
+            time.sleep(cfg.rollout.step_latency_s * max(len(s.tokens) for s in steps))
         reply = {
             "dispatch": message["dispatch"],
             "worker": index,
