@@ -1,10 +1,15 @@
 """The engine: one thread that runs a causal LM over a continuously batched set of requests.
 
+It is the only code that runs a model forward to generate tokens or score text: the replica's
+HTTP API, the evals and RL all submit to it (in process through `LocalEngine`).
+
 Each loop turn admits what fits (tier order, KV budget, free batch rows), prefills each newcomer
 alone (reusing the prefix cache), lets it join the running batch, then runs one decode step for
 every running row. So a request joins or leaves between two decode steps, never waiting for the
 batch to drain. Greedy rows give exactly the tokens `model.generate` gives alone: padding is
-masked out and positions are each row's own.
+masked out and positions are each row's own. A scoring request runs alone when admitted (its
+context's KV from and into the prefix cache, so the choices of one item share it) between two
+decode steps.
 """
 
 import logging
@@ -12,11 +17,12 @@ import threading
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 from transformers import DynamicCache
 
+from shipyard.errors import InvalidInput
 from shipyard.serve.engine.adapters import AdapterSet
 from shipyard.serve.engine.kv import (
     cache_of,
@@ -28,12 +34,21 @@ from shipyard.serve.engine.kv import (
 )
 from shipyard.serve.engine.metrics import EngineMetrics
 from shipyard.serve.engine.prefix_cache import PrefixCache
-from shipyard.serve.engine.request import Done, Failed, GenRequest, Token
+from shipyard.serve.engine.request import (
+    Done,
+    Failed,
+    GenRequest,
+    LogLikelihood,
+    Request,
+    ScoreRequest,
+    Token,
+)
 from shipyard.serve.engine.sampler import generator_for, pick
 from shipyard.serve.engine.tiers import Admission, TierQueues, TooLarge
 
 log = logging.getLogger("shipyard.serve.engine")
 MIB = 1 << 20
+R = TypeVar("R", bound=Request)
 
 
 @dataclass(frozen=True)
@@ -99,9 +114,18 @@ class Engine:
             self._wake.notify()
         self._thread.join(timeout=30)
 
-    def submit(self, request: GenRequest) -> GenRequest:
+    def submit(self, request: R) -> R:
         """Queue `request`; raises TooLarge, Overloaded or NotFound (unknown adapter) at once."""
-        if len(request.prompt_ids) + request.max_tokens > self.context:
+        if isinstance(request, ScoreRequest):
+            if not request.context_ids or not request.continuation_ids:
+                raise InvalidInput("a scoring request needs a context and a continuation token")
+            inputs = request.footprint_tokens() - 1  # the last token is a target, never an input
+            if inputs > self.context:
+                raise TooLarge(
+                    f"context + continuation ({inputs + 1} tokens) is over the model's context "
+                    f"window of {self.context} tokens (+1)"
+                )
+        elif len(request.prompt_ids) + request.max_tokens > self.context:
             raise TooLarge(
                 f"prompt ({len(request.prompt_ids)} tokens) + max_tokens ({request.max_tokens}) "
                 f"is over the model's context window of {self.context} tokens"
@@ -176,19 +200,26 @@ class Engine:
                         request.events.put(Failed(503, problem))
                         continue
                     self.adapters.ensure(request.adapter, busy)
-                self._prefill(request)
+                if isinstance(request, ScoreRequest):
+                    self._score(request)
+                else:
+                    self._prefill(request)
             except Exception as exc:
                 self.queues.release(request)
                 log.exception("prefill of request %s failed", request.id)
                 request.events.put(Failed(500, f"prefill failed: {type(exc).__name__}"))
 
-    def _batch_cost(self, request: GenRequest) -> int:
-        """The batch's KV bytes at most with `request` in it: every row padded to the longest."""
+    def _batch_cost(self, request: Request) -> int:
+        """The KV bytes at most with `request` admitted: every batch row padded to the longest,
+        and a scoring request's own cache beside the batch (it never joins it)."""
         footprints = [r.request.footprint_tokens() for r in self._rows]
+        if isinstance(request, ScoreRequest):
+            batch = len(footprints) * max(footprints, default=0)
+            return (batch + request.footprint_tokens()) * self.bytes_per_token
         footprints.append(request.footprint_tokens())
         return len(footprints) * max(footprints) * self.bytes_per_token
 
-    def _can_start(self, request: GenRequest, busy: set[str]) -> bool:
+    def _can_start(self, request: Request, busy: set[str]) -> bool:
         name = request.adapter
         return name is None or bool(self.adapters.error(name)) or self.adapters.ready(name, busy)
 
@@ -249,6 +280,38 @@ class Engine:
         batch = layers_of(self._cache) if self._cache is not None else None
         merged, self._mask = stack_rows(batch, self._mask, layers, len(ids))
         self._cache = cache_of(merged)
+
+    def _score(self, request: ScoreRequest) -> None:
+        """Sum the continuation's logprobs: one pass over what the prefix cache lacks, in chunks,
+        keeping only the logits of positions that predict a continuation token."""
+        context, continuation = request.context_ids, request.continuation_ids
+        ids = context + continuation
+        namespace = request.adapter or ""
+        hit = self.prefix.lookup(namespace, context)  # leaves the context's last token to run
+        inputs, first = len(ids) - 1, len(context) - 1  # `first` predicts continuation[0]
+        cache = cache_of_blocks(hit.blocks, inputs - hit.tokens) if hit.blocks else DynamicCache()
+        chunk, picked = self.config.prefill_chunk, []
+        for start in range(hit.tokens, inputs, chunk):
+            end = min(start + chunk, inputs)
+            keep = end - max(start, first)
+            piece = torch.tensor([ids[start:end]], dtype=torch.long)
+            positions = torch.arange(start, end, dtype=torch.long).unsqueeze(0)
+            out = self._forward(
+                piece, cache, [request.adapter], position_ids=positions, logits_to_keep=max(1, keep)
+            )
+            if keep > 0:
+                picked.append(out.logits[0, -keep:])
+            if end < inputs and self._rows:
+                self._step()
+        self.prefix.insert(namespace, context, layers_of(out.cache))
+        self._count_prompt(inputs, hit.tokens)
+        logprobs = torch.cat(picked).float().log_softmax(-1)
+        target = torch.tensor(continuation, dtype=torch.long)
+        total = float(logprobs.gather(1, target[:, None]).sum())
+        greedy = bool((logprobs.argmax(-1) == target).all())
+        self.queues.release(request)
+        request.events.put(LogLikelihood(total, greedy))
+        self.metrics.requests.labels(request.tier, "ok").inc()
 
     def _count_prompt(self, total: int, cached: int) -> None:
         self.prompt_tokens += total

@@ -1,7 +1,8 @@
-"""A generation request as the engine sees it, and the events it sends back to its caller.
+"""The requests the engine runs, and the events it sends back to their callers.
 
-The HTTP thread builds a `GenRequest` from token ids, submits it, and reads `events` until a
-`Done` or a `Failed`; the engine thread is the only writer of the engine-side fields.
+A `GenRequest` generates: its caller reads `events` until a `Done` or a `Failed`. A
+`ScoreRequest` scores a continuation after a context: its one event is a `LogLikelihood` or a
+`Failed`. The engine thread is the only writer of the engine-side fields.
 """
 
 import itertools
@@ -46,7 +47,13 @@ class Failed:
     retry_after: float | None = None
 
 
-Event = Token | Done | Failed
+@dataclass(frozen=True)
+class LogLikelihood:
+    logprob: float  # the sum over the continuation's tokens
+    greedy: bool  # every continuation token was the argmax after what precedes it
+
+
+Event = Token | Done | Failed | LogLikelihood
 
 
 @dataclass(eq=False)
@@ -69,3 +76,27 @@ class GenRequest:
     def cancel(self) -> None:
         """The caller went away: the engine drops the request at its next step."""
         self.cancelled.set()
+
+
+@dataclass(eq=False)
+class ScoreRequest:
+    """log P(continuation | context); the context's KV goes through the prefix cache, so the
+    choices of one multiple-choice item share it."""
+
+    context_ids: list[int]  # at least one token
+    continuation_ids: list[int]  # at least one token
+    tier: Tier = "standard"
+    adapter: str | None = None
+    id: int = field(default_factory=lambda: next(_ids))
+    submitted: float = field(default_factory=time.monotonic)
+    events: "queue.Queue[Event]" = field(default_factory=queue.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def footprint_tokens(self) -> int:
+        return len(self.context_ids) + len(self.continuation_ids)
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+
+
+Request = GenRequest | ScoreRequest

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from shipyard.serve.engine.request import TIERS, GenRequest, Tier
+from shipyard.serve.engine.request import TIERS, Request, Tier
 
 
 class Overloaded(Exception):
@@ -33,14 +33,14 @@ class Admission:
     bytes_per_token: int
     max_queue: int = 256  # per tier
 
-    def cost(self, request: GenRequest) -> int:
+    def cost(self, request: Request) -> int:
         return request.footprint_tokens() * self.bytes_per_token
 
 
 class TierQueues:
     def __init__(self, admission: Admission) -> None:
         self.admission = admission
-        self.queues: dict[Tier, deque[GenRequest]] = {t: deque() for t in TIERS}
+        self.queues: dict[Tier, deque[Request]] = {t: deque() for t in TIERS}
         self.reserved = 0  # bytes held by running requests
         self._lock = threading.Lock()
 
@@ -48,13 +48,13 @@ class TierQueues:
         with self._lock:
             return {t: len(q) for t, q in self.queues.items()}
 
-    def push(self, request: GenRequest) -> None:
+    def push(self, request: Request) -> None:
         cost = self.admission.cost(request)
         budget = self.admission.budget_bytes
         if cost > budget:
             raise TooLarge(
-                f"prompt ({len(request.prompt_ids)} tokens) + max_tokens ({request.max_tokens}) "
-                f"needs {cost} bytes of KV cache, over this replica's budget of {budget}"
+                f"{request.footprint_tokens()} tokens (prompt + max_tokens) need {cost} bytes "
+                f"of KV cache, over this replica's budget of {budget}"
             )
         with self._lock:
             queue = self.queues[request.tier]
@@ -70,9 +70,9 @@ class TierQueues:
         self,
         running: int,
         max_batch: int,
-        can_start: Callable[[GenRequest], bool],
-        batch_cost: Callable[[GenRequest], int] | None = None,
-    ) -> GenRequest | None:
+        can_start: Callable[[Request], bool],
+        batch_cost: Callable[[Request], int] | None = None,
+    ) -> Request | None:
         """The next request to start, reserving its footprint; None if none fits now.
 
         A request that `can_start` refuses (its adapter is not resident yet) keeps its place and
@@ -101,7 +101,7 @@ class TierQueues:
                     return request
         return None
 
-    def waiting_head(self) -> GenRequest | None:
+    def waiting_head(self) -> Request | None:
         """The first interactive or standard request waiting (preemption may make room)."""
         with self._lock:
             for tier in ("interactive", "standard"):
@@ -110,11 +110,11 @@ class TierQueues:
                         return request
         return None
 
-    def release(self, request: GenRequest) -> None:
+    def release(self, request: Request) -> None:
         with self._lock:
             self.reserved -= self.admission.cost(request)
 
-    def drain(self) -> list[GenRequest]:
+    def drain(self) -> list[Request]:
         with self._lock:
             out = [r for q in self.queues.values() for r in q]
             for q in self.queues.values():
