@@ -125,14 +125,9 @@ def _adapters(specs: list[str]) -> dict[str, str]:
 
 def build(args: argparse.Namespace) -> Served:
     """Materialise and load the model, then start the engine (not yet the HTTP server)."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from shipyard.serve.engine import AdapterSet, Engine, EngineConfig
+    from shipyard.serve.engine import AdapterSet, Engine, EngineConfig, load_causal_lm
     from shipyard.serve.engine.metrics import EngineMetrics
 
-    torch.set_num_threads(args.threads)
     cache = args.cache_dir or shipyard_home() / "cache" / "models"
     adapter_refs = _adapters(args.adapter)
     ws = Workspace.open()
@@ -142,9 +137,8 @@ def build(args: argparse.Namespace) -> Served:
     finally:
         ws.close()
     started = time.monotonic()
-    model = AutoModelForCausalLM.from_pretrained(got.path, dtype=torch.float32)
-    model.train(False)
-    tokenizer = AutoTokenizer.from_pretrained(got.path)
+    loaded = load_causal_lm(got.path, args.threads)
+    model, tokenizer = loaded.model, loaded.tokenizer
     load_s = time.monotonic() - started
 
     def fetcher(artifact_id: str) -> Callable[[], tuple[Path, bool]]:
@@ -176,9 +170,6 @@ def build(args: argparse.Namespace) -> Served:
         prefill_chunk=args.prefill_chunk,
     )
     engine = Engine(model, config, adapters=adapters, metrics=metrics).start()
-    stop_ids = set(_as_ints(model.generation_config.eos_token_id))
-    if tokenizer.eos_token_id is not None:
-        stop_ids.add(int(tokenizer.eos_token_id))
     load = {
         "materialise_s": round(got.seconds, 3),
         "load_s": round(load_s, 3),
@@ -190,19 +181,10 @@ def build(args: argparse.Namespace) -> Served:
         args.served_model_name or args.model,
         args.name or f"replica-{os.getpid()}",
         got.artifact_id,
-        frozenset(stop_ids),
+        loaded.stop_ids,
         args.max_tokens_default,
         {"cold_start": load},
     )
-
-
-def _as_ints(value: object) -> list[int]:
-    """A generation config's eos_token_id: none, one id or a list of them."""
-    if isinstance(value, int):
-        return [value]
-    if isinstance(value, list | tuple):
-        return [int(v) for v in value]
-    return []
 
 
 def main(argv: list[str] | None = None) -> int:
