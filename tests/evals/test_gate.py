@@ -1,18 +1,21 @@
 """The paired regression gate (`evals.gate.judge`) on results written into the store."""
 
+import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
 from shipyard.errors import InvalidInput, NotFound
 from shipyard.evals import ResultStore, RunKey
-from shipyard.evals.gate import judge
+from shipyard.evals.gate import evaluate, judge, pending
 from shipyard.evals.scoring import Score
 from shipyard.evals.stats import estimate
 from shipyard.evals.store import judge_version
 from shipyard.evals.tasks import Item, Task, register
 from shipyard.queue import Queue
+from shipyard.workspace import Workspace
 
 CANDIDATE, BASELINE = "c" * 64, "b" * 64
 ITEMS = tuple(Item(f"q{n:03}", {"q": f"question {n}"}, 0, ("yes", "no")) for n in range(100))
@@ -106,3 +109,23 @@ def test_missing_or_incomplete_runs_are_named(queue: Queue) -> None:
         judge(store, CANDIDATE, BASELINE, [])
     with pytest.raises(InvalidInput, match="max_drop"):
         judge(store, BASELINE, BASELINE, [TASK.name], max_drop=-1)
+
+
+def test_evaluate_plans_works_and_judges_two_real_models(
+    queue: Queue, workspace: Workspace, put_tiny: Callable[[int], str], tmp_path: Path
+) -> None:
+    path = tmp_path / "tiny.jsonl"
+    items = [
+        {"id": f"q{n}", "question": f"{n} is", "choices": ["odd", "even"], "answer": n % 2}
+        for n in range(6)
+    ]
+    path.write_text("".join(json.dumps(i) + "\n" for i in items))
+    a, b = put_tiny(0), put_tiny(1)
+    ref = f"jsonl:{path}"
+    decision = evaluate(queue, workspace, a, b, [ref], max_drop=1.0)
+    assert decision.passed and decision.verdicts[0].delta.n == 6
+    assert not pending(queue, a) and not pending(queue, b)
+    store = ResultStore(queue.db)
+    assert [r["task"] for r in store.runs(a)] == [r["task"] for r in store.runs(b)] == ["tiny"]
+    # judged again from the store alone: the same decision
+    assert judge(store, a, b, [ref], max_drop=1.0) == decision

@@ -108,12 +108,12 @@ def plan_gate(queue: Queue, models: Sequence[str], tasks: Sequence[str]) -> None
 
 
 def pending(queue: Queue, model_id: str) -> bool:
-    """Whether `model_id`'s eval queue holds items waiting for or held by a worker."""
+    """Whether `model_id`'s eval queue holds items to claim (now or later) or claimed."""
     try:
         (stats,) = queue.stats(queue_name(model_id))
     except NotFound:
         return False
-    return bool(stats.waiting or stats.leased)
+    return bool(stats.ready or stats.waiting or stats.leased)
 
 
 def rescore(store: ResultStore, model_id: str, tasks: Sequence[str]) -> None:
