@@ -1,4 +1,4 @@
-"""`shipyard alias set|history|ls` and `shipyard lineage`."""
+"""`shipyard alias set|history|ls`, and the lineage tree `shipyard lineage` prints."""
 
 import argparse
 import datetime
@@ -29,25 +29,6 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     ls = commands.add_parser("ls", help="list aliases")
     ls.set_defaults(func=_ls)
 
-    lineage = subparsers.add_parser("lineage", help="what produced an artifact, or what it fed")
-    lineage.add_argument("ref", help="artifact id, unique id prefix or alias")
-    direction = lineage.add_mutually_exclusive_group()
-    direction.add_argument(
-        "--up",
-        dest="direction",
-        action="store_const",
-        const="up",
-        help="sources: what produced this (default)",
-    )
-    direction.add_argument(
-        "--down",
-        dest="direction",
-        action="store_const",
-        const="down",
-        help="derivatives: everything produced from this",
-    )
-    lineage.set_defaults(func=_lineage, direction="up")
-
 
 def _set(args: argparse.Namespace) -> int:
     ws = Workspace.open()
@@ -74,15 +55,6 @@ def _history(args: argparse.Namespace) -> int:
 def _ls(args: argparse.Namespace) -> int:
     for name, target in Workspace.open().catalog.list_aliases().items():
         print(f"{name}  {target}")
-    return 0
-
-
-def _lineage(args: argparse.Namespace) -> int:
-    ws = Workspace.open()
-    root = ws.resolve(args.ref)
-    edges = ws.catalog.lineage(root, args.direction)
-    for line in render_lineage(ws, root, edges, args.direction):
-        print(line)
     return 0
 
 

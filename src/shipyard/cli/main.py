@@ -31,7 +31,7 @@ COMMANDS = {
     "artifact": "shipyard.cli.artifact",
     "gc": "shipyard.cli.artifact",
     "alias": "shipyard.cli.alias",
-    "lineage": "shipyard.cli.alias",
+    "lineage": "shipyard.cli.lineage",
     "demo": "shipyard.cli.demo",
     "peer": "shipyard.cli.peer",
     "pull": "shipyard.cli.pull",

@@ -30,9 +30,11 @@ from shipyard.serve.replica_replies import (
     EventStream,
     Relay,
     error_reply,
+    log_answer,
     sse_chunks,
     whole_reply,
 )
+from shipyard.serve.request_id import HEADER, request_id
 
 log = logging.getLogger("shipyard.serve.replica")
 
@@ -152,7 +154,7 @@ def create_app(served: Served, guard: Guard, keys: ApiKeys = OPEN) -> FastAPI:
     async def chat(request: Request) -> Response:
         return await _answer(served, guard, keys, "chat", request)
 
-    named = {"x-shipyard-replica": served.replica}
+    named = {"x-shipyard-replica": served.replica, "x-shipyard-artifact": served.artifact}
     app.add_middleware(HostCheck, guard=guard, refuse=error_reply, headers=named)
     return app
 
@@ -160,10 +162,23 @@ def create_app(served: Served, guard: Guard, keys: ApiKeys = OPEN) -> FastAPI:
 async def _answer(
     served: Served, guard: Guard, keys: ApiKeys, kind: str, request: Request
 ) -> Response:
+    """The answer, carrying the request's id (the router's, or a fresh one) in `x-request-id`
+    and in its body's `id`."""
+    rid = request_id(request.headers)
+    reply = await _reply(served, guard, keys, kind, request, rid)
+    if reply.status_code != 200:
+        log_answer(rid, "", reply.status_code)  # refused before the engine saw it, or failed
+    reply.headers[HEADER] = rid
+    return reply
+
+
+async def _reply(
+    served: Served, guard: Guard, keys: ApiKeys, kind: str, request: Request, rid: str
+) -> Response:
     try:
         body = await _read_body(guard, keys, request)
         call = parse(kind, body)  # type: ignore[arg-type]
-        return await _complete(served, call, _tier(request), request)
+        return await _complete(served, call, _tier(request), request, rid)
     except Refused as exc:
         return error_reply(exc.status, exc.reason)
     except FieldError as exc:
@@ -206,7 +221,7 @@ def _tier(request: Request) -> str:
     return tier
 
 
-async def _complete(served: Served, call: Call, tier: str, http: Request) -> Response:
+async def _complete(served: Served, call: Call, tier: str, http: Request, rid: str) -> Response:
     request = served.request_for(call, tier)
     relay = request.events = Relay(asyncio.get_running_loop())
     served.engine.submit(request)
@@ -217,8 +232,9 @@ async def _complete(served: Served, call: Call, tier: str, http: Request) -> Res
             return error_reply(first.status, first.message, retry_after=first.retry_after)
         if call.stream:
             streaming = True  # from here the stream cancels the request when it ends
-            return EventStream(request, sse_chunks(call, request, relay, first, served.tokenizer))
-        return await whole_reply(call, request, relay, first, served.tokenizer, http)
+            chunks = sse_chunks(call, request, relay, first, served.tokenizer, rid)
+            return EventStream(request, chunks, {HEADER: rid})
+        return await whole_reply(call, request, relay, first, served.tokenizer, http, rid)
     finally:
         if not streaming:
             request.cancel()  # a no-op once done; frees the row of a call that ended early

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import json
 import queue
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -18,7 +19,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from shipyard.serve.engine import Done, Failed, GenRequest, Token
-from shipyard.serve.engine.openai import Call, chunk, error_body, new_id, usage, whole
+from shipyard.serve.engine.openai import Call, chunk, error_body, response_id, usage, whole
 from shipyard.serve.engine.request import Event
 from shipyard.serve.engine.text import TextStream
 
@@ -65,8 +66,23 @@ def error_reply(
     return JSONResponse(error_body(message, status, param), status, headers=headers)
 
 
+def log_answer(rid: str, model: str, status: int, done: Done | None = None) -> None:
+    """One JSON line on stderr per answer (an error reply is logged by whoever sends it)."""
+    line: dict[str, Any] = {"event": "answered", "request_id": rid, "model": model}
+    line["status"] = status
+    if done is not None:
+        line |= {"prompt_tokens": done.prompt_tokens, "completion_tokens": done.completion_tokens}
+    print(json.dumps(line), file=sys.stderr, flush=True)
+
+
 async def whole_reply(
-    call: Call, request: GenRequest, relay: Relay, first: Event, tokenizer: Any, http: Request
+    call: Call,
+    request: GenRequest,
+    relay: Relay,
+    first: Event,
+    tokenizer: Any,
+    http: Request,
+    rid: str,
 ) -> JSONResponse:
     """Collect the events into one reply; stop early (cancelled) if the client leaves."""
     text = TextStream(tokenizer, call.stop)
@@ -86,17 +102,20 @@ async def whole_reply(
     assert isinstance(event, Done)
     parts.append(text.flush())
     use = usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
+    log_answer(rid, call.model, 200, event)
     return JSONResponse(
-        whole(call, new_id(call.kind), "".join(parts), event.reason, use, logprobs.body())
+        whole(call, response_id(call.kind, rid), "".join(parts), event.reason, use, logprobs.body())
     )
 
 
 class EventStream(StreamingResponse):
     """An SSE reply that cancels its engine request however it ends, even before it starts."""
 
-    def __init__(self, request: GenRequest, chunks: AsyncIterator[bytes]) -> None:
+    def __init__(
+        self, request: GenRequest, chunks: AsyncIterator[bytes], headers: dict[str, str]
+    ) -> None:
         super().__init__(
-            chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+            chunks, media_type="text/event-stream", headers={"Cache-Control": "no-cache", **headers}
         )
         self.request = request
 
@@ -108,14 +127,14 @@ class EventStream(StreamingResponse):
 
 
 async def sse_chunks(
-    call: Call, request: GenRequest, relay: Relay, first: Event, tokenizer: Any
+    call: Call, request: GenRequest, relay: Relay, first: Event, tokenizer: Any, rid: str
 ) -> AsyncIterator[bytes]:
     """`data: {...}` chunks, then the usage, then `data: [DONE]`; a failure after the first
     token (a preemption, the engine stopping) is an `error` event before `[DONE]`."""
-    rid, text = new_id(call.kind), TextStream(tokenizer, call.stop)
+    answer_id, text = response_id(call.kind, rid), TextStream(tokenizer, call.stop)
     if call.kind == "chat":
         role = {"index": 0, "delta": {"role": "assistant"}, "finish_reason": None}
-        yield _data(chunk(call, rid, None, None) | {"choices": [role]})
+        yield _data(chunk(call, answer_id, None, None) | {"choices": [role]})
     count, event = 0, first
     while isinstance(event, Token):
         count += 1
@@ -126,18 +145,20 @@ async def sse_chunks(
             one.add(event)
             extra["logprobs"] = one.body()
         if piece or extra:
-            yield _data(chunk(call, rid, piece, None, **extra))
+            yield _data(chunk(call, answer_id, piece, None, **extra))
         if text.stopped:
             request.cancel()
             event = Done("stop", len(request.prompt_ids), count, 0)
             break
         event = await relay.next()
     if isinstance(event, Failed):
+        log_answer(rid, call.model, event.status)
         yield _data({"error": error_body(event.message, event.status)["error"]})
     else:
         assert isinstance(event, Done)
+        log_answer(rid, call.model, 200, event)
         tail = text.flush()
-        final = chunk(call, rid, tail if tail else None, event.reason)
+        final = chunk(call, answer_id, tail if tail else None, event.reason)
         final["usage"] = usage(event.prompt_tokens, event.completion_tokens, event.cached_tokens)
         yield _data(final)
     yield b"data: [DONE]\n\n"

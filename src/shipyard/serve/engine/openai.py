@@ -6,7 +6,6 @@ implement are accepted only at their neutral value (`n: 1`, `presence_penalty: 0
 """
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -199,8 +198,9 @@ def _show(value: Any) -> str:
 # Replies
 
 
-def new_id(kind: str) -> str:
-    return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+def response_id(kind: str, request_id: str) -> str:
+    """The answer's `id`: OpenAI's prefix and the request's id, so an answer names its request."""
+    return f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{request_id}"
 
 
 def usage(prompt: int, completion: int, cached: int) -> dict[str, Any]:

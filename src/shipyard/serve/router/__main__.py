@@ -10,6 +10,7 @@ from shipyard.httpguard import Guard, is_loopback, token_path
 from shipyard.httpguard.asgi import listen, uvicorn_server
 from shipyard.serve.router.app import SERVICE, RouterConfig, create_app
 from shipyard.serve.router.policy import POLICIES
+from shipyard.serve.router.requestlog import requests_dir
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -21,13 +22,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--epsilon", type=nonnegative, default=0.25, help="bounded-load slack")
     parser.add_argument("--prefix-chars", type=count, default=RouterConfig.prefix_chars)
     parser.add_argument("--health-interval", type=positive, default=RouterConfig.health_interval_s)
+    parser.add_argument(
+        "--request-log-mib",
+        type=positive,
+        default=RouterConfig.request_log_mib,
+        help="bound of the request log under $SHIPYARD_HOME/serve/requests (default 128)",
+    )
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        config = RouterConfig(args.policy, args.epsilon, args.prefix_chars, args.health_interval)
+        config = RouterConfig(
+            args.policy,
+            args.epsilon,
+            args.prefix_chars,
+            args.health_interval,
+            requests_dir(shipyard_home()),
+            args.request_log_mib,
+        )
         if not is_loopback(args.host) and not args.allow_remote:
             raise InvalidInput(
                 f"--host {args.host} is reachable from other machines; add --allow-remote"

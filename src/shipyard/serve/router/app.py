@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -23,19 +24,15 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from shipyard.errors import Conflict, InvalidInput, NotFound, ShipyardError
 from shipyard.httpguard import Guard, Refused
 from shipyard.httpguard.asgi import guard_middleware, json_errors
+from shipyard.serve.request_id import request_id
 from shipyard.serve.router.health import DEFAULT_INTERVAL_S, check_all, run_checks
 from shipyard.serve.router.metrics import RouterMetrics
 from shipyard.serve.router.policy import make_policy
 from shipyard.serve.router.proxy import Forwarder
 from shipyard.serve.router.request import DEFAULT_PREFIX_CHARS, MAX_BODY, Kind, parse_request
+from shipyard.serve.router.requestlog import DEFAULT_SEGMENTS, RequestLog, Writer
 from shipyard.serve.router.spec import check_name, parse_deployment
-from shipyard.serve.router.table import (
-    Deployment,
-    ReplicaState,
-    Table,
-    Unavailable,
-    request_id,
-)
+from shipyard.serve.router.table import Deployment, ReplicaState, Table, Unavailable
 
 SERVICE = "router"
 _ERRORS: dict[type[ShipyardError], tuple[int, str]] = {
@@ -52,6 +49,8 @@ class RouterConfig:
     epsilon: float = 0.25
     prefix_chars: int = DEFAULT_PREFIX_CHARS
     health_interval_s: float = DEFAULT_INTERVAL_S
+    request_log: Path | None = None  # the request log's directory; None: no log
+    request_log_mib: float = 128.0  # the log's bound on disk
 
     def __post_init__(self) -> None:
         make_policy(self.policy, self.epsilon)  # names a bad policy or epsilon
@@ -61,6 +60,16 @@ class RouterConfig:
             raise InvalidInput(
                 f"health_interval_s: expected 0.05 to 3600 seconds, got {self.health_interval_s}"
             )
+        if not 1 <= self.request_log_mib <= 1 << 20:
+            raise InvalidInput(
+                f"request_log_mib: expected 1 to {1 << 20} MiB, got {self.request_log_mib}"
+            )
+
+    def open_log(self) -> Writer | None:
+        if self.request_log is None:
+            return None
+        segment = int(self.request_log_mib * (1 << 20)) // (DEFAULT_SEGMENTS + 1)
+        return Writer(RequestLog(self.request_log, segment, DEFAULT_SEGMENTS))
 
 
 class HostCheck:
@@ -106,29 +115,34 @@ def create_app(config: RouterConfig, guard: Guard) -> ASGIApp:
         limits = httpx.Limits(max_connections=None, max_keepalive_connections=256)
         timeout = httpx.Timeout(connect=5.0, read=600.0, write=30.0, pool=30.0)
         async with httpx.AsyncClient(limits=limits, timeout=timeout, trust_env=False) as client:
-            holder["forwarder"] = Forwarder(table, client, metrics)
+            log = holder["log"] = config.open_log()
+            holder["forwarder"] = Forwarder(table, client, metrics, log)
             holder["client"] = client
             checks = asyncio.create_task(run_checks(client, table, config.health_interval_s))
             try:
                 yield
             finally:
                 checks.cancel()
+                if log is not None:
+                    await asyncio.to_thread(log.close)  # what is queued reaches the disk
 
     app = FastAPI(title="Shipyard router", docs_url=None, redoc_url=None, lifespan=lifespan)
 
     async def infer(kind: Kind, path: str, request: Request) -> Response:
+        rid = request_id(request.headers)  # a hostile or missing id is replaced, not refused
         try:
             guard.check_inference(request.method, request.headers)
             raw = await _body(request)
             parsed = parse_request(kind, raw, request.headers, config.prefix_chars)
             table.resolve(parsed.model)[0].spec.keys.check(request.headers)
-            rid = request_id(request.headers)
             forwarder: Forwarder = holder["forwarder"]
             return await forwarder.handle(path, parsed, rid, request.headers)
         except Refused as exc:  # the replica's own rule, applied before anything is forwarded
-            return _refused(exc)
+            reply = _refused(exc)
         except ShipyardError as exc:
-            return openai_error(exc)
+            reply = openai_error(exc)
+        reply.headers["x-request-id"] = rid
+        return reply
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
@@ -151,7 +165,16 @@ def create_app(config: RouterConfig, guard: Guard) -> ASGIApp:
 
     @app.get("/health")
     def health() -> dict[str, Any]:
-        return {"status": "ok", "policy": config.policy, "epsilon": config.epsilon}
+        log: Writer | None = holder.get("log")
+        logged = None
+        if log is not None:
+            logged = {"dropped": log.dropped, "failed": log.failed, "last_error": log.last_error}
+        return {
+            "status": "ok",
+            "policy": config.policy,
+            "epsilon": config.epsilon,
+            "request_log": logged,
+        }
 
     @app.get("/metrics")
     def metrics_text() -> Response:

@@ -13,7 +13,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
@@ -23,6 +23,7 @@ from fastapi.responses import StreamingResponse
 from shipyard.serve.router.metrics import RouterMetrics
 from shipyard.serve.router.mirror import StreamText, answer_text
 from shipyard.serve.router.request import InferenceRequest
+from shipyard.serve.router.requestlog import Answered, Writer, artifact_or_none, usage_tokens
 from shipyard.serve.router.spec import VersionSpec
 from shipyard.serve.router.stats import MirrorRecord
 from shipyard.serve.router.table import Deployment, ReplicaState, Table, Unavailable
@@ -31,6 +32,7 @@ RETRY_STATUS = frozenset({502, 503, 504})
 PASS_HEADERS = ("x-shipyard-tier", "authorization")
 MAX_ERROR_BODY = 64 << 10
 MIRROR_WAIT_S = 600.0
+STREAM_TAIL = 4096  # the end of a stream kept: `[DONE]` and the last chunk's usage are in it
 
 
 @dataclass
@@ -57,6 +59,7 @@ class Forwarder:
     table: Table
     client: httpx.AsyncClient
     metrics: RouterMetrics
+    log: Writer | None = None
     _tasks: set["asyncio.Task[None]"] = field(default_factory=set)
 
     async def handle(
@@ -150,7 +153,9 @@ class Forwarder:
                 if status == 200 and request.stream:
                     self.metrics.ttft.labels(deployment.name, version.version).observe(ttft)
                     released = True  # the relay releases the replica when the stream ends
+                    answered = self.answered(rid, deployment, version, adapter, state, opened)
                     relay = Relay(self, deployment, version, state, opened, ttft, primary)
+                    relay.answered = answered
                     return RelayResponse(
                         relay,
                         headers=reply,
@@ -168,6 +173,8 @@ class Forwarder:
                     self.metrics.ttft.labels(deployment.name, version.version).observe(ttft)
                 stats.record(ttft if status == 200 else None, error=status >= 500)
                 self.count(deployment, version, status)
+                answered = self.answered(rid, deployment, version, adapter, state, opened)
+                self.write(answered, status, _whole_json(whole) if status == 200 else None)
                 if not primary.done():
                     primary.set_result((status, answer_text(whole) if status == 200 else ""))
                 return Response(
@@ -268,6 +275,39 @@ class Forwarder:
     def count(self, deployment: Deployment, version: VersionSpec, status: int) -> None:
         self.metrics.requests.labels(deployment.name, version.version, str(status)).inc()
 
+    def answered(
+        self,
+        rid: str,
+        deployment: Deployment,
+        version: VersionSpec,
+        adapter: str | None,
+        state: ReplicaState,
+        opened: Opened,
+    ) -> Answered:
+        """The request log's record of this answer, status and tokens still to be filled."""
+        claimed = opened.upstream.headers.get("x-shipyard-artifact") or state.health.get("artifact")
+        return Answered(
+            rid,
+            time.time(),
+            deployment.name,
+            version.version,
+            artifact_or_none(claimed),
+            adapter,
+            state.name,
+            0,
+            None,
+            None,
+            "text/event-stream" in opened.upstream.headers.get("content-type", ""),
+        )
+
+    def write(self, answered: Answered, status: int, body: Any) -> None:
+        """Queue `answered` for the request log with its status and the tokens `body` counts."""
+        if self.log is not None:
+            tokens_in, tokens_out = usage_tokens(body)
+            self.log.record(
+                replace(answered, status=status, tokens_in=tokens_in, tokens_out=tokens_out)
+            )
+
 
 def failure(state: ReplicaState, exc: httpx.HTTPError, when: str) -> str:
     """Why `state` failed; a dead replica (not a slow one) leaves rotation until it answers."""
@@ -295,6 +335,7 @@ class Relay:
         self.text = StreamText() if not primary.done() else None
         self.error = False
         self.finished = False
+        self.answered: Answered | None = None
         self.tail = b""
         self.sse = opened.upstream.headers.get("content-type", "").startswith("text/event-stream")
 
@@ -327,7 +368,7 @@ class Relay:
             yield f"data: {json.dumps(event)}\n\n".encode()
 
     def _seen(self, chunk: bytes) -> bytes:
-        self.tail = (self.tail + chunk)[-64:]
+        self.tail = (self.tail + chunk)[-STREAM_TAIL:]
         if self.text is not None:
             self.text.feed(chunk)
         return chunk
@@ -340,6 +381,8 @@ class Relay:
         status = 599 if self.error else 200  # 599: failed after the 200 was sent
         self.deployment.stats.version(self.version.version).record(self.ttft, error=self.error)
         self.forwarder.count(self.deployment, self.version, status)
+        if self.answered is not None:
+            self.forwarder.write(self.answered, status, _last_usage(self.tail))
         if not self.primary.done():
             self.primary.set_result((status, self.text.text() if self.text else ""))
         await self.opened.upstream.aclose()
@@ -357,6 +400,22 @@ class RelayResponse(StreamingResponse):
             await super().__call__(scope, receive, send)
         finally:
             await asyncio.shield(self.relay.finish())
+
+
+def _whole_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _last_usage(tail: bytes) -> Any:
+    """The last SSE event in `tail` that carries `usage` (the replica's final chunk)."""
+    for event in reversed(tail.split(b"\n\n")):
+        line = event.strip()
+        if line.startswith(b"data:") and b'"usage"' in line:
+            return _whole_json(line[5:])
+    return None
 
 
 def _body_for(

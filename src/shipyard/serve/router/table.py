@@ -6,19 +6,17 @@ rings, counters) is replaced whole by each PUT, so no earlier rollout's split ca
 next (KServe #2130).
 """
 
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from shipyard.errors import Conflict, InvalidInput, NotFound, StorageError
+from shipyard.errors import Conflict, NotFound, StorageError
 from shipyard.serve.router.policy import Choice, Policy, Route
 from shipyard.serve.router.request import MAX_NAME, InferenceRequest
 from shipyard.serve.router.ring import Ring, hash64
 from shipyard.serve.router.spec import DeploymentSpec, VersionSpec
 from shipyard.serve.router.stats import DeploymentStats
 
-REQUEST_ID_HEADER = "x-request-id"
 _SCALE = float(1 << 64)
 
 
@@ -52,18 +50,6 @@ class Deployment:
     @property
     def name(self) -> str:
         return self.spec.name
-
-
-def request_id(headers: Any) -> str:
-    """The request's id from `x-request-id` (checked), or a fresh one."""
-    value = headers.get(REQUEST_ID_HEADER)
-    if value is None:
-        return uuid.uuid4().hex
-    if not value or len(value) > MAX_NAME or not value.isprintable():
-        raise InvalidInput(
-            f"header {REQUEST_ID_HEADER}: expected 1 to {MAX_NAME} printable characters"
-        )
-    return str(value)
 
 
 def _unit(*parts: str) -> float:
