@@ -232,10 +232,3 @@ def test_ls_into_a_pipe_that_closes_early_ends_quietly(cli: Cli, shipyard_home: 
     assert result.stdout.startswith("0" * 16)
     assert len(result.stdout.splitlines()) == 1
     assert "Traceback" not in result.stderr and "Broken pipe" not in result.stderr, result.stderr
-
-
-def test_demo_runs_end_to_end(cli: Cli) -> None:
-    result = cli("demo", timeout=600)
-    assert result.returncode == 0, result.stderr
-    assert "verified" in result.stdout
-    assert "demo-model" in result.stdout

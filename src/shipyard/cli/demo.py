@@ -14,11 +14,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     demo.add_argument(
         "--seed", type=seed, default=0, help="seed of the generated data and training (default 0)"
     )
+    demo.add_argument(
+        "--quick",
+        action="store_true",
+        help="serve the crawl-trained GPT instead of SmolLM2 and skip the fine-tune (docs/demo.md)",
+    )
     demo.set_defaults(func=_demo)
 
 
 def _demo(args: argparse.Namespace) -> int:
     from shipyard.cli.demo_job import run_demo
 
-    run_demo(args.seed)
+    run_demo(args.seed, quick=args.quick)
     return 0

@@ -1,0 +1,87 @@
+"""`shipyard demo --quick`, the lifecycle loop on a small model, as a real command.
+
+One run (module-scoped: it is the expensive part) is checked for its summary, its answer, the
+answer's lineage back to the crawl, and for leaving no process of its own behind.
+"""
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from tests.conftest import run_cli
+
+from shipyard.workspace import Workspace
+
+PHASES = ("crawl → tokens", "pre-train", "model", "P2P pull", "deploy", "request", "total")
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    home = tmp_path_factory.mktemp("demo") / "home"
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SHIPYARD_")}
+    os.environ.update(SHIPYARD_HOME=str(home), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    try:
+        return home, run_cli("demo", "--quick", timeout=600)
+    finally:
+        del os.environ["SHIPYARD_HOME"]
+        os.environ.update(saved)
+
+
+def _left_behind(home: Path) -> list[int]:
+    """Live processes whose environment names `home` as their SHIPYARD_HOME."""
+    marker = f"SHIPYARD_HOME={home}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except OSError:  # gone meanwhile
+            continue
+        if marker in environ and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def test_the_summary_names_every_phase_with_its_time(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    _, result = demo
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    summary = result.stdout.split("\n\n")[-1].splitlines()
+    assert [line.split("  ")[0].strip() for line in summary] == list(PHASES)
+    for line in summary:
+        seconds = line[len(max(PHASES, key=len)) :].split(" s")[0]
+        assert float(seconds) >= 0
+    assert "Traceback" not in result.stderr
+
+
+def test_the_answer_carries_a_request_id_and_its_model_reaches_the_crawl(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    home, result = demo
+    assert result.returncode == 0, result.stderr[-3000:]
+    request_line = next(line for line in result.stdout.splitlines() if "request id" in line)
+    request_id = request_line.split("request id ")[1].split(",")[0]
+    assert len(request_id) >= 16
+    ws = Workspace.open(home)
+    try:
+        served = ws.resolve("demo-model")
+        sources = {edge.parent for edge in ws.catalog.lineage(served, "up")}
+        crawl = ws.resolve("demo-crawl")
+    finally:
+        ws.close()
+    assert crawl in sources
+    assert crawl[:16] in result.stdout.split("lineage of")[1]
+
+
+def test_no_process_of_the_demo_is_left(
+    demo: tuple[Path, subprocess.CompletedProcess[str]],
+) -> None:
+    home, result = demo
+    assert result.returncode == 0, result.stderr[-3000:]
+    deadline = time.monotonic() + 60
+    while _left_behind(home) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _left_behind(home) == []
