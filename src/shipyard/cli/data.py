@@ -1,4 +1,4 @@
-"""`shipyard data run CONFIG` and `shipyard data report RUN`."""
+"""`shipyard data run CONFIG`, `shipyard data report RUN` and `shipyard data sft`."""
 
 import argparse
 import dataclasses
@@ -7,8 +7,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from shipyard.cli.argtypes import count, fraction
+from shipyard.cli.argtypes import count, fraction, integer
 from shipyard.cli.progress import stderr
+from shipyard.errors import InvalidInput
 from shipyard.workspace import Workspace, shipyard_home
 
 
@@ -28,6 +29,24 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     report.add_argument("--by", choices=["language", "domain", "crawl"], help="break down by")
     report.add_argument("--json", action="store_true", help="print the raw statistics")
     report.set_defaults(func=_report)
+
+    sft = commands.add_parser(
+        "sft", help="SFT data: prompt/response token dataset with a loss mask; prints its id"
+    )
+    sft.add_argument("--model", required=True, help="model artifact or HF directory (tokenizer)")
+    sft.add_argument(
+        "--out", required=True, help="alias of the dataset artifact, or a ./ or / directory"
+    )
+    source = sft.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", type=Path, help='JSONL: {"prompt","response"} or {"messages"}')
+    source.add_argument("--reasoning-gym", metavar="TASK", help="reasoning-gym generator")
+    source.add_argument("--text", metavar="TABLE", help="data-pipeline table artifact")
+    sft.add_argument("--count", type=count, help="examples (reasoning-gym: required)")
+    sft.add_argument("--seed", type=integer(0, 1 << 20), default=0, help="reasoning-gym seed")
+    sft.add_argument("--where", help="--text: SQL row filter (default: the pipeline's select)")
+    sft.add_argument("--max-len", type=integer(2), default=1024, help="longest example, tokens")
+    sft.add_argument("--plain", action="store_true", help="prompts as text, no chat template")
+    sft.set_defaults(func=_sft)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -85,6 +104,33 @@ def _report(args: argparse.Namespace) -> int:
         print(f"  FLAG {flag}")
     if not flags:
         print("  none")
+    return 0
+
+
+def _sft(args: argparse.Namespace) -> int:
+    from shipyard.data import sft
+
+    source: sft.Source
+    if args.where and not args.text:
+        raise InvalidInput("--where filters --text rows; there is no --text")
+    if args.reasoning_gym:
+        if not args.count:
+            raise InvalidInput("--reasoning-gym needs --count")
+        source = sft.GymSource(args.reasoning_gym, args.count, args.seed)
+    elif args.input:
+        source = sft.JsonlSource(args.input)
+    else:
+        from shipyard.data.config import SelectConfig
+
+        source = sft.TableSource(args.text, args.where or SelectConfig().where, args.count)
+    ws = Workspace.open()
+    try:
+        built = sft.build(
+            ws, args.model, source, args.out, max_len=args.max_len, plain=args.plain, say=_progress
+        )
+    finally:
+        ws.close()
+    print(built.artifact.id if built.artifact else built.path)
     return 0
 
 
