@@ -39,12 +39,14 @@ def _say(message: str) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from shipyard.train import Controller, create_run, load_config
+    from shipyard.train.hooks import check_hooks
 
     cfg = load_config(args.config)
     if args.chaos is not None:
         cfg = dataclasses.replace(cfg, chaos=dataclasses.replace(cfg.chaos, mtbf_s=args.chaos))
     if args.alias:
         cfg = dataclasses.replace(cfg, alias=args.alias)
+    check_hooks(cfg)  # an unknown eval task or deployment: refused before anything starts
     run_id = create_run(cfg, args.nprocs)
     print(f"run {run_id}", flush=True)
     state = Controller(run_id, say=_say).run_to_end()
@@ -76,10 +78,12 @@ def _summary(run_id: str, state: str) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from shipyard.train import RunTable, status
+    from shipyard.train.evalview import lifecycle_view
 
     table = RunTable()
     try:
-        info = status(table.get(args.run))
+        run = table.get(args.run)
+        info = {**status(run), **lifecycle_view(table, run)}
     finally:
         table.close()
     if args.json:
@@ -95,7 +99,41 @@ def _status(args: argparse.Namespace) -> int:
         print(f"{'skip windows':16} {info['skips']}")
     if info["model"]:
         print(f"{'model':16} {info['model']}")
+    _print_lifecycle(info)
     return 0
+
+
+def _print_lifecycle(info: dict[str, Any]) -> None:
+    """Per checkpoint step: eval scores, the gate's decision; then alerts and rollouts."""
+    for row in info.get("checkpoints", []):
+        what = row.get("error") or ", ".join(_score(line) for line in row["evals"]) or "pending"
+        print(f"{'checkpoint ' + str(row['step']):16} {what}")
+        gate = row["gate"]
+        if gate:
+            verdict = "passed" if gate["passed"] else "failed"
+            print(f"{'':16} gate {verdict}: {gate['reason']}")
+    for alert in info.get("alerts", []):
+        print(f"{'ALERT':16} {alert}")
+    for rollout in info.get("rollouts", []):
+        state = rollout.get("error") or rollout.get("state", "")
+        live = rollout.get("rollout")
+        if live:
+            state += f", canary {live['status']}" + (
+                f" ({live['reason']})" if live["reason"] else ""
+            )
+        print(
+            f"{'rollout':16} step {rollout['step']} → {rollout['deployment']}: "
+            f"{str(rollout['model'])[:16]} {state}"
+        )
+
+
+def _score(line: dict[str, Any]) -> str:
+    if line["pending"]:
+        return f"{line['task']} pending ({line['scored']}/{line['items']})"
+    if line["mean"] is None:
+        return f"{line['task']} -"
+    se = "" if line["se"] is None else f" ± {line['se']:.3f}"
+    return f"{line['task']} {line['mean']:.3f}{se}"
 
 
 def _report(args: argparse.Namespace) -> int:

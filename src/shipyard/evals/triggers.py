@@ -1,12 +1,14 @@
 """When to evaluate: a per-run policy over checkpoint commits and alias moves.
 
 Every new checkpoint (or model alias move) gets the fast tier; every Nth one on the same source,
-and every promotion candidate, also gets the full tier. The trainer's checkpoint commit calls
-`on_checkpoint`; `shipyard eval watch ALIAS` calls it for each move of an alias. A checkpoint
-seen before on a source is never enqueued again (recorded in the database). A committed trainer
-checkpoint is imported as a model first (`on_checkpoint_commit`).
+and every promotion candidate, also gets the full tier. A training run's lifecycle agent calls
+`trigger_commit` for each committed checkpoint; `shipyard eval watch ALIAS` calls `on_checkpoint`
+for each move of an alias. The tiers picked for a checkpoint on a source are recorded in the
+database once, so it is never enqueued for other tiers, nor its items twice. A committed trainer
+checkpoint is imported as a model first.
 """
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,25 +61,63 @@ def on_checkpoint(
     return plan(queue, model_id, policy.tasks(tiers))
 
 
+@dataclass(frozen=True)
+class Triggered:
+    model_id: str  # the checkpoint imported as a model
+    tasks: list[str]  # the tasks of the tiers picked for it
+    planned: list[Planned]
+
+
+def trigger_commit(
+    queue: Queue,
+    workspace: Workspace,
+    policy: TriggerPolicy,
+    checkpoint: str,
+    tokenizer: Path | None,
+    source: str,
+    n_heads: int | None = None,
+    promotion_candidate: bool = False,
+) -> Triggered:
+    """Import a committed trainer checkpoint (an artifact ref) as a model and enqueue the tiers
+    picked for it on `source`; a checkpoint seen there before keeps the tiers recorded then.
+    Calling it again enqueues nothing twice (the import is content-addressed, a plan keyed by
+    item), so a caller that died between the two steps simply calls it again. `tokenizer`: the
+    data's, for a GPT checkpoint; None for a Hugging Face run's (its base model carries one)."""
+    from shipyard.serve.model_import import import_trainer_model
+
+    checkpoint_id = workspace.resolve(checkpoint)
+    model = import_trainer_model(workspace, checkpoint_id, None, tokenizer, n_heads)
+    store = ResultStore(queue.db)
+    tiers = store.add_trigger(source, checkpoint_id, lambda n: policy.tiers(n, promotion_candidate))
+    if tiers is None:
+        rows = store.db.rows(
+            "SELECT tiers FROM eval_triggers WHERE source = ? AND artifact_id = ?",
+            (source, checkpoint_id),
+        )
+        tiers = [str(t) for t in json.loads(rows[0][0])]
+    tasks = policy.tasks(tiers)
+    return Triggered(model.id, tasks, plan(queue, model.id, tasks))
+
+
 def on_checkpoint_commit(
     queue: Queue,
     workspace: Workspace,
     policy: TriggerPolicy,
     checkpoint: str,
-    tokenizer: Path,
+    tokenizer: Path | None,
     source: str,
     promotion_candidate: bool = False,
     n_heads: int | None = None,
 ) -> list[Planned]:
-    """For a committed trainer checkpoint (an artifact ref): import it as a model (once: the
-    import is content-addressed) and enqueue the tiers `policy` picks."""
-    from shipyard.serve.model_import import import_trainer_model
-
+    """For a committed trainer checkpoint (an artifact ref) not seen on `source` before: import
+    it as a model (once: the import is content-addressed) and enqueue the tiers `policy` picks."""
     checkpoint_id = workspace.resolve(checkpoint)
     if ResultStore(queue.db).seen_trigger(source, checkpoint_id):
         return []
-    model = import_trainer_model(workspace, checkpoint_id, None, tokenizer, n_heads)
-    return on_checkpoint(queue, policy, source, model.id, promotion_candidate, checkpoint_id)
+    found = trigger_commit(
+        queue, workspace, policy, checkpoint_id, tokenizer, source, n_heads, promotion_candidate
+    )
+    return found.planned
 
 
 def watch(

@@ -8,17 +8,21 @@ by the rank that found it; the controller records each mark as a `corrupt-checkp
 the file and piece). Chaos is armed once an attempt has completed its first step. Failures (a rank
 exiting, a collective error, a hang, a NaN or loss spike) are counted in a sliding window; past
 `max_failures` the run fails with the reason. The run row is saved every half second, so a
-restarted controller re-attaches to live ranks.
+restarted controller re-attaches to live ranks. When the config names evals or a deployment, a
+lifecycle agent child (train.lifecycle) evaluates, gates and rolls out each committed checkpoint;
+the controller returns once the agent has finished with the final run's checkpoints.
 """
 
 import os
 import signal
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from shipyard import children
 from shipyard.checkpoint import corrupt_marks, latest_committed
-from shipyard.train import forked
+from shipyard.train import forked, lifecycle
 from shipyard.train.attempt import Attempt
 from shipyard.train.chaos import Chaos
 from shipyard.train.config import TrainConfig
@@ -26,6 +30,7 @@ from shipyard.train.detect import HangWatch, StragglerWatch, missing_ranks
 from shipyard.train.faults import HANG_SIGNAL, SIGNALS
 from shipyard.train.goodput import Ledger
 from shipyard.train.heartbeat import Beat, Receiver
+from shipyard.train.hooks import wired
 from shipyard.train.metrics import MetricsServer, Sample
 from shipyard.train.procid import ProcessId
 from shipyard.train.ranks import RankProcess, SparePool, free_port, launch
@@ -37,6 +42,8 @@ from shipyard.train.worker import EXIT_ANOMALY, Assignment, checkpoint_root
 
 SAVE_EVERY_S = 0.5
 LINGER_S = 60.0  # the longest a previous attempt's survivors serve peer memory
+AGENT_RESTART_S = 5.0  # a lifecycle agent that died is started again after this
+AGENT_TRIES = 3  # ... but after the run's end, only this many times
 
 
 class Controller:
@@ -72,6 +79,9 @@ class Controller:
             (e.detail.get("step"), e.detail.get("marked_at"))
             for e in self.table.events(run_id, "corrupt-checkpoint")
         }
+        # The lifecycle agent (evals, gate, rollout of each checkpoint) when the config names any.
+        self.agent: subprocess.Popen[bytes] | None = None
+        self._agent_died_at = 0.0
 
     # The loop
 
@@ -87,8 +97,11 @@ class Controller:
                 self._launch([])
             while self.run.state not in FINAL:
                 self._tick()
+                self._keep_agent()
                 if stop is not None and stop() and self.run.state not in FINAL:
                     self._finish("failed", "stopped by its caller")
+            self._save()  # the agent reads the final state, then drains what is left
+            self._drain_agent()
         finally:
             self._shutdown()
         return self.run.state
@@ -109,6 +122,43 @@ class Controller:
         self._reap_lingering(now)
         if now - self._saved_at > SAVE_EVERY_S:
             self._save()
+
+    # The lifecycle agent
+
+    def _keep_agent(self) -> bool:
+        """Start the agent, and again when it died (after a pause, so a crash loop is slow);
+        True once it finished (exit 0: the run is final and nothing is left to do)."""
+        if not wired(self.cfg):
+            return True
+        if self.agent is not None:
+            code = self.agent.poll()
+            if code is None:
+                return False
+            children.reap(self.agent)
+            self.agent = None
+            if code == 0:
+                return True
+            self._agent_died_at = time.time()
+            self.table.event(self.run.run_id, "lifecycle-exit", exit_code=code)
+            self.say(f"lifecycle agent exited with {code}; see {self._agent_log()}")
+        if time.time() - self._agent_died_at >= AGENT_RESTART_S:
+            self.agent = lifecycle.start(self.run.run_id, self._agent_log())
+        return False
+
+    def _drain_agent(self) -> None:
+        """Wait for the agent to finish the evals, gates and rollout of the run's checkpoints."""
+        if not wired(self.cfg):
+            return
+        self.say("waiting for the evals of the run's checkpoints")
+        exits = len(self.table.events(self.run.run_id, "lifecycle-exit"))
+        while len(self.table.events(self.run.run_id, "lifecycle-exit")) - exits < AGENT_TRIES:
+            if self._keep_agent():
+                return
+            time.sleep(0.2)
+        self.say(f"lifecycle agent failed {AGENT_TRIES} times; see {self._agent_log()}")
+
+    def _agent_log(self) -> Path:
+        return self.run_dir / "logs" / "lifecycle.log"
 
     def _reap_lingering(self, now: float) -> None:
         for rank, deadline in self.lingering:
@@ -428,6 +478,8 @@ class Controller:
         self._saved_at = time.time()
 
     def _shutdown(self) -> None:
+        if self.agent is not None:  # interrupted: a new controller starts another
+            children.stop(self.agent)
         if self.run.state in FINAL:
             if self.attempt is not None:
                 self.attempt.kill()
