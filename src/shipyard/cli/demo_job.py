@@ -11,7 +11,6 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from shipyard.cli.alias import render_lineage
 from shipyard.data.demo import crawl_to_tokens
 from shipyard.distribute.local import pull_to_local_peers
 from shipyard.errors import ShipyardError
@@ -28,7 +27,7 @@ PROMPT = "What is a shipyard?"
 
 def run_demo(seed: int, quick: bool = False) -> None:
     """Run the loop end to end, printing each step, then the summary."""
-    from shipyard.lifecycle_demo.serving import ask, deployment
+    from shipyard.lifecycle_demo.serving import answer_lineage, ask, deployment
 
     ws = Workspace.open()
     clock = PhaseClock()
@@ -73,8 +72,8 @@ def run_demo(seed: int, quick: bool = False) -> None:
                 done.append(f"request {answer.request_id} answered by {answer.version}")
             print(f"answer    {answer.text!r}")
             print(f"          request id {answer.request_id}, version {answer.version}")
-    print(f"lineage of the answer's model ({served[:16]}):")
-    for line in render_lineage(ws, served, ws.catalog.lineage(served, "up"), "up"):
+    print(f"lineage of the answer ({answer.request_id}):")
+    for line in answer_lineage(ws, shipyard_home(), answer.request_id):
         print("  " + line)
     print()
     for line in clock.summary():

@@ -4,6 +4,7 @@ out to it and end it. Router and replicas are registered with the keeper: they d
 """
 
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -12,11 +13,12 @@ from typing import Any
 
 import httpx
 
-from shipyard.errors import StorageError
+from shipyard.errors import NotFound, StorageError
 from shipyard.serve.deploy import replicas as rp
 from shipyard.serve.deploy.controller import Controller
 from shipyard.serve.deploy.loop import run
 from shipyard.serve.deploy.spec import parse_spec
+from shipyard.workspace import Workspace
 
 
 def demo_spec(name: str, model: str) -> str:
@@ -81,3 +83,19 @@ def ask(router: str, model: str, prompt: str, chat: bool, max_tokens: int = 24) 
         reply.headers.get("x-request-id", ""),
         reply.headers.get("x-shipyard-version", ""),
     )
+
+
+def answer_lineage(ws: Workspace, home: Path, request_id: str) -> list[str]:
+    """`shipyard lineage request ID` for the demo's answer, waiting for the router's request
+    log to have it (the router writes it after the reply)."""
+    from shipyard.cli.lineage import _text as lineage_text
+    from shipyard.serve.router.lineage import request_lineage
+
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            return lineage_text(ws, request_lineage(ws, home, request_id))
+        except NotFound:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
