@@ -80,6 +80,22 @@ def test_killed_worker_and_reward_service_lose_and_repeat_nothing(shipyard_home:
     assert b"shipyard_rl_policy_version 6.0" in metrics_text(c)
 
 
+def test_grpo_on_engine_rollouts_raises_the_reward(shipyard_home: Path) -> None:
+    """Within the tests' budget: `planted-length` pays 1 for a completion of 12 characters or
+    more, which the warmed-up policy writes now and then (a long thinking run); the trainer
+    makes it the rule. Synchronous, so every rollout is the version being trained."""
+    cfg = tiny(
+        task={"env": "planted-length", "think_mean": 3.0, "think_max": 16},
+        rollout={"group_size": 8, "max_new_tokens": 20, "token_budget": 8},
+        trainer={"steps": 6, "eta": 0, "lr": 1e-3},
+    )
+    c = run(cfg)
+    rewards = [h["reward"] for h in c.counters.history]
+    assert len(rewards) == 6
+    assert sum(rewards[-2:]) / 2 >= rewards[0] + 0.3, rewards
+    assert max(c.counters.staleness) == 0
+
+
 def test_the_trainer_resumes_with_the_buffers_versions_intact(shipyard_home: Path) -> None:
     saved: dict[str, Any] = {}
 
