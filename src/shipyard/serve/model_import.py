@@ -3,7 +3,10 @@
 Both end as an HF `save_pretrained` directory (safetensors weights, config, generation config,
 tokenizer, chat template) stored by `put_model_dir`. The trainer's GPT maps one to one onto HF's
 GPT-2 layout (learned positions, pre-norm blocks with fused QKV, exact-erf GELU, tied head); the
-import runs both models on the same tokens and refuses the artifact unless they agree.
+import runs both models on the same tokens and refuses the artifact unless they agree. A checkpoint
+of a Hugging Face fine-tune is rebuilt from its base model plus its trained tensors (LoRA merged
+into the base weights), saved with the base's tokenizer and chat template, read back, and refused
+unless the saved model's logits equal the trained model's.
 """
 
 import importlib.metadata
@@ -163,8 +166,10 @@ def check_same(state: dict[str, torch.Tensor], hf_model: Any, n_heads: int) -> N
         raise IntegrityError(f"the converted model disagrees with the trainer's GPT by {gap:.3g}")
 
 
-def load_trainer_state(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Weights (and the model config, when saved) from a trainer export or a checkpoint."""
+def load_trainer_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A trainer export's or checkpoint's state (its weights under "model"; a Hugging Face
+    fine-tune's also its description under `hf_model.STATE_KEY`), and the GPT's model config
+    when the export saved one."""
     from safetensors.torch import load_file
 
     from shipyard.checkpoint import latest_committed, load_committed
@@ -174,26 +179,30 @@ def load_trainer_state(path: Path) -> tuple[dict[str, torch.Tensor], dict[str, A
         config = {}
         if (path / "config.json").is_file():
             config = json.loads((path / "config.json").read_text())
-        return load_file(str(path / "model.safetensors")), config
+        return {"model": load_file(str(path / "model.safetensors"))}, config
     found = open_committed(path) or latest_committed(path)
     if found is None:
         raise InvalidInput(f"{path}: neither a trainer model export nor a committed checkpoint")
     state = load_committed(found).state
     if not isinstance(state, dict) or not isinstance(state.get("model"), dict):
         raise InvalidInput(f"{path}: the checkpoint's state has no 'model' entry")
-    return dict(state["model"]), {}
+    return state, {}
 
 
 def import_trainer_model(
     ws: Workspace,
     source: str,
     name: str | None,
-    tokenizer: Path,
+    tokenizer: Path | None,
     n_heads: int | None = None,
     note: Callable[[str], None] = lambda text: None,
 ) -> ArtifactRecord:
-    """Store a trainer export or checkpoint (a path, or a checkpoint artifact ref) as a model."""
+    """Store a trainer export or checkpoint (a path, or a checkpoint artifact ref) as a model,
+    derived from the checkpoint artifact when it is one. `tokenizer` is the GPT's (a Hugging
+    Face fine-tune's is its base model's, and `tokenizer` is ignored for it)."""
     from transformers import GPT2LMHeadModel
+
+    from shipyard.train.hf_model import STATE_KEY
 
     inputs: tuple[str, ...] = ()
     with tempfile.TemporaryDirectory(prefix="shipyard-import-") as work:
@@ -206,10 +215,22 @@ def import_trainer_model(
             path = Path(work) / "checkpoint"
             ws.get(manifest.id, path)
             inputs = (manifest.id,)
-        state, saved = load_trainer_state(path)
+        full, saved = load_trainer_state(path)
+        if STATE_KEY in full:
+            out = Path(work) / "model"
+            base_id = hf_checkpoint_to_dir(ws, full, out, note)
+            note("storing the model artifact")
+            source_name = f"shipyard-train:{source}"
+            extra = {"dtype": "float32", "base": base_id}
+            # From a checkpoint artifact, the base is that checkpoint's input already.
+            inputs = inputs or ((base_id,) if base_id else ())
+            return put_model_dir(ws, out, name, source=source_name, inputs=inputs, extra=extra)
+        state = dict(full["model"])
         heads = n_heads or saved.get("n_heads")
         if not isinstance(heads, int):
             raise InvalidInput("n_heads: the source does not record it; pass --n-heads")
+        if tokenizer is None:
+            raise InvalidInput("tokenizer: a Shipyard GPT needs the tokenizer it was trained with")
         tok = _tokenizer(tokenizer)
         config, converted = gpt_to_gpt2(state, heads, tok.eos_token_id)
         model = GPT2LMHeadModel(config)
@@ -228,6 +249,39 @@ def import_trainer_model(
         tok.save_pretrained(out)
         note("storing the model artifact")
         return put_model_dir(ws, out, name, source=f"shipyard-train:{source}", inputs=inputs)
+
+
+def hf_checkpoint_to_dir(
+    ws: Workspace, state: dict[str, Any], out: Path, note: Callable[[str], None]
+) -> str:
+    """Rebuild a Hugging Face fine-tune from its checkpoint `state` and its base model, save it
+    (LoRA merged) as an HF directory at `out`, and check that the saved model, read back,
+    gives the trained model's logits. Returns the base model's artifact id ("" for a directory)."""
+    from transformers import AutoModelForCausalLM
+
+    from shipyard.train import hf_model
+    from shipyard.workspace import shipyard_home
+
+    model_cfg, lora = hf_model.read_description(state)
+    note(f"rebuilding the fine-tune of {model_cfg.source}")
+    base, base_id = hf_model.source_dir(ws, model_cfg.source, shipyard_home() / "cache" / "models")
+    trained = hf_model.build(base, lora)
+    hf_model.load_trainable(trained, dict(state["model"]))
+    trained.train(False)
+    vocab = hf_model.vocab_size(trained)
+    length = min(32, model_cfg.seq_len)
+    tokens = torch.randint(0, vocab, (2, length), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = trained(input_ids=tokens).logits
+    hf_model.export(trained, base, out)
+    saved = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32, local_files_only=True)
+    saved.train(False)
+    with torch.no_grad():
+        got = saved(input_ids=tokens).logits
+    gap = float((expected - got).abs().max())
+    if gap > 1e-4 * max(1.0, float(expected.abs().max())):
+        raise IntegrityError(f"the saved model disagrees with the trained one by {gap:.3g}")
+    return base_id
 
 
 def _tokenizer(path: Path) -> Any:

@@ -24,7 +24,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from safetensors.torch import save_file
 from torch._C._distributed_c10d import GradBucket
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 from torch.nn.parallel import DistributedDataParallel
@@ -39,6 +38,7 @@ from shipyard.checkpoint import (
 from shipyard.errors import IntegrityError, NotFound
 from shipyard.loader import LoaderSpec, Sampler, Source
 from shipyard.train.config import ModelConfig, TrainConfig
+from shipyard.train.family import build_family
 from shipyard.train.faults import FaultState
 from shipyard.train.heartbeat import Sender
 from shipyard.train.model import GPT, next_token_loss
@@ -140,7 +140,8 @@ class Rank:
         )
         dist.init_process_group("gloo", store=store, rank=job.rank, world_size=job.world_size)
         self.phase("process_group")
-        self.model = GPT(cfg.model)
+        self.family = build_family(cfg, Path(job.run_dir))
+        self.model = self.family.model
         self.ddp = DistributedDataParallel(self.model)
 
         def hook(state: Any, bucket: GradBucket) -> torch.futures.Future[torch.Tensor]:
@@ -149,8 +150,9 @@ class Rank:
             return allreduce_hook(None, bucket)  # type: ignore[arg-type]
 
         self.ddp.register_comm_hook(None, hook)
+        self.params = [p for p in self.model.parameters() if p.requires_grad]  # LoRA: adapters
         self.optim = torch.optim.AdamW(
-            self.model.parameters(), lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
+            self.params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay
         )
         self.phase("model_ddp")
         self.manager = CheckpointManager(
@@ -164,7 +166,7 @@ class Rank:
         loaded = self.restore()
         self.agree(loaded.step if loaded else 0)
         if loaded is not None:
-            self.model.load_state_dict(loaded.state["model"])
+            self.family.load(loaded.state)
             self.optim.load_state_dict(loaded.state["optim"])
             loaded.restore_rng(job.rank)
             self.step = loaded.step
@@ -244,16 +246,17 @@ class Rank:
             self.faults.before_step(self.step, data_step)
             batch = self.sampler.batch(self.step, job.rank, job.world_size)
             tokens = torch.from_numpy(batch.tokens)
+            mask = None if batch.loss_mask is None else torch.from_numpy(batch.loss_mask)
             data_wait = time.perf_counter() - started
             self._work_start = time.thread_time()
             self._slept = self.faults.slow_down(self.compute_time)
-            loss = next_token_loss(self.ddp, tokens)
+            loss = self.family.loss(self.ddp, tokens, mask)
             self.work_time = time.thread_time() - self._work_start
             self.compute_time = self.work_time - self._slept
             if self.faults.take_poison():
                 loss = loss * float("nan")
             loss.backward()  # type: ignore[no-untyped-call]
-            norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.optim.grad_clip)
+            norm = torch.nn.utils.clip_grad_norm_(self.params, cfg.optim.grad_clip)
             grad_norm = float(norm)
             shared = torch.tensor([float(loss), last_stall, last_step_time], dtype=torch.float64)
             self.enter(1)
@@ -272,7 +275,7 @@ class Rank:
                 saving = time.perf_counter()
                 self.manager.save(
                     self.step,
-                    {"model": self.model.state_dict(), "optim": self.optim.state_dict()},
+                    {**self.family.state(), "optim": self.optim.state_dict()},
                     loader=self.sampler.position(self.step),
                 )
                 stall = time.perf_counter() - saving
@@ -325,9 +328,7 @@ class Rank:
         if self.job.rank == 0:
             out = Path(self.job.run_dir) / "model"
             out.mkdir(parents=True, exist_ok=True)
-            state = {k: v.contiguous() for k, v in self.model.state_dict().items()}
-            save_file(state, str(out / "model.safetensors"))
-            (out / "config.json").write_text(json.dumps(asdict(self.cfg.model), indent=2))
+            self.family.export(out)
         dist.barrier()
         self.beats.send("done", step=self.step, fields={"committed": self.committed_step()})
 
@@ -367,6 +368,12 @@ def warm_up() -> None:
     torch.set_num_threads(1)
     model = GPT(ModelConfig(vocab_size=64, d_model=32, n_layers=1, n_heads=2, seq_len=16))
     next_token_loss(model, torch.randint(0, 64, (2, 17))).backward()  # type: ignore[no-untyped-call]
+
+
+def warm_up_hf() -> None:
+    """Import what loading a Hugging Face model with LoRA imports (seconds of CPU)."""
+    import peft  # noqa: F401
+    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: F401
 
 
 def main() -> None:
