@@ -77,7 +77,7 @@ def test_a_workers_rollouts_are_the_engines_and_continue_under_new_weights() -> 
     worker.start()
     try:
         uids = ["g0-0", "g0-1", "g1-0"]
-        rows = [prompt_row(encode("3+4=")), prompt_row(encode("9-2=")) + [17, 17], [1, 12, 15]]
+        rows = [prompt_row(encode("3+4=")), [*prompt_row(encode("9-2=")), 17, 17], [1, 12, 15]]
         generated = [0, 2, 0]
         first = {"dispatch": 1, "version": 0, "uids": uids, "rows": rows, "generated": generated}
         reply = _ask(worker, {**first, "ref": publisher.push(model, 0)})
