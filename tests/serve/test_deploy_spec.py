@@ -28,7 +28,7 @@ adapters: {sql: sql-lora}
 slo: {ttft_ms_p50: 200, ttft_ms_p99: 900, error_rate: 0.02}
 autoscale: {queue_up: 3, queue_down: 1, idle_to_zero_s: 300}
 canary: {stages: [1, 5, 25, 100], hold_s: 30, min_requests: 10}
-eval_gate: {items: gate.jsonl, max_drop: 0.05}
+eval_gate: {tasks: [arith-mc, 'jsonl:gate.jsonl'], max_drop: 0.05, z: 2.5}
 api_keys: ["sha256:abababababababababababababababababababababababababababababababab"]
 """
 
@@ -36,13 +36,16 @@ api_keys: ["sha256:ababababababababababababababababababababababababababababababa
 def test_full_spec_parses_and_round_trips(tmp_path: Path) -> None:
     path = tmp_path / "chat.yaml"
     path.write_text(FULL)
+    (tmp_path / "gate.jsonl").write_text('{"id": "q1", "question": "2+2?", "answer": "4"}\n')
     spec = load_spec(path)
     assert spec.name == "chat" and spec.model == "smol-prod"
     assert spec.engine.max_batch == 8 and spec.replicas.min == 0 and spec.replicas.max == 4
     assert spec.tier == "interactive" and dict(spec.adapters) == {"sql": "sql-lora"}
     assert spec.slo.ttft_ms_p99 == 900 and spec.autoscale.idle_to_zero_s == 300
     assert spec.canary.stages == (1, 5, 25, 100) and spec.canary.min_requests == 10
-    assert spec.eval_gate.items == tmp_path / "gate.jsonl"  # relative to the spec's folder
+    # a relative task file is taken from the spec's folder
+    assert spec.eval_gate.tasks == ("arith-mc", f"jsonl:{tmp_path / 'gate.jsonl'}")
+    assert spec.eval_gate.max_drop == 0.05 and spec.eval_gate.z == 2.5
     assert spec.api_keys == ("sha256:" + "ab" * 32,)
     assert spec_from_dict(spec_to_dict(spec)) == spec
 
@@ -76,6 +79,20 @@ def test_defaults_and_shorthands() -> None:
         ("name: a\nmodel: m\nslo: {error_rate: 2}", "slo.error_rate 2.0: allowed 0 to 1"),
         ("name: a\nmodel: m\nslo: {ttft_ms_p50: .nan}", "expected a finite number"),
         ("name: a\nmodel: m\neval_gate: {max_drop: 3}", "eval_gate.max_drop 3.0: allowed 0 to 1"),
+        ("name: a\nmodel: m\neval_gate: {z: 11}", "eval_gate.z 11.0: allowed 0 to 10"),
+        ("name: a\nmodel: m\neval_gate: {tasks: arith-mc}", "eval_gate.tasks: expected a list"),
+        (
+            "name: a\nmodel: m\neval_gate: {tasks: [arith-mc, no-such-task]}",
+            "eval_gate.tasks 'no-such-task': no eval task named 'no-such-task' (registered: ",
+        ),
+        ("name: a\nmodel: m\neval_gate: {tasks: [arith-mc, arith-mc]}", "named twice"),
+        ("name: a\nmodel: m\neval_gate: {tasks: ['jsonl:/no/such.jsonl']}", "cannot read"),
+        (
+            "name: a\nmodel: m\neval_gate: {items: gate.jsonl}",
+            "eval_gate.items: the gate's own item file is gone; name eval tasks in "
+            "spec: eval_gate.tasks",
+        ),
+        ("name: a\nmodel: m\neval_gate: {min_score: 0.5}", "unknown field 'min_score'"),
         ("name: Chat!\nmodel: m", "name 'Chat!': allowed lowercase"),
         ("model: m", "missing required field 'name'"),
         ("- 1\n- 2", "spec: expected a mapping"),
@@ -102,7 +119,8 @@ _scalars = st.one_of(
 )
 _keys = st.sampled_from(
     ["name", "model", "engine", "replicas", "tier", "adapters", "slo", "autoscale", "canary",
-     "eval_gate", "kind", "url", "min", "max", "stages", "items", "queue_up", "hold_s", "zzz"]
+     "eval_gate", "kind", "url", "min", "max", "stages", "items", "tasks", "queue_up", "hold_s",
+     "zzz"]
 )  # fmt: skip
 _values = st.recursive(
     _scalars,

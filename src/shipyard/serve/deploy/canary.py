@@ -2,7 +2,8 @@
 
 A rollout walks `canary.stages` (percent of traffic on the candidate, e.g. 1, 5, 25, 100). Each
 stage before the last is held for `hold_s` and judged on the candidate's error rate, its TTFT
-against the SLO and the eval gate (candidate vs current on a fixed item set). A failed judgement
+against the SLO and the eval gate (`evals.gate`: candidate vs current on eval-platform tasks, by
+the paired rule; decided once per rollout, and no stage passes before it is). A failed judgement
 rolls back at once; the last stage (100) is the promotion itself: the alias moves by
 compare-and-swap, then all traffic goes to the candidate.
 """
@@ -10,11 +11,13 @@ compare-and-swap, then all traffic goes to the candidate.
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from shipyard.serve.deploy.evalgate import Score
-from shipyard.serve.deploy.spec import Canary, EvalGate, Slo
+from shipyard.evals.gate import GateDecision
+from shipyard.serve.deploy.spec import Canary, Slo
 
 Outcome = Literal["wait", "pass", "fail"]
 Status = Literal["running", "promoted", "rolled_back"]
+# The eval gate's state: its decision, "pending" while the versions are evaluated, None: no gate
+Evals = GateDecision | Literal["pending"] | None
 
 
 @dataclass(frozen=True)
@@ -55,17 +58,10 @@ def candidate_weight(rollout: Rollout, stages: tuple[float, ...]) -> float:
 
 
 def judge(
-    canary: Canary,
-    slo: Slo,
-    gate: EvalGate,
-    elapsed_s: float,
-    metrics: StageMetrics,
-    scores: tuple[Score, Score] | None,
+    canary: Canary, slo: Slo, elapsed_s: float, metrics: StageMetrics, evals: Evals
 ) -> Verdict:
-    """Fail as soon as a gate fails; pass once held long enough with enough traffic.
-
-    `scores`: (candidate, current) on the eval items, None when the spec has no eval gate.
-    """
+    """Fail as soon as a gate fails; pass once held long enough with enough traffic and the
+    eval gate (if any) decided."""
     if metrics.requests and metrics.errors / metrics.requests > slo.error_rate:
         return Verdict(
             "fail",
@@ -77,18 +73,8 @@ def judge(
     ):
         if value is not None and value > bound:
             return Verdict("fail", f"TTFT {label} {value:.0f} ms over the SLO's {bound:.0f} ms")
-    if scores is not None:
-        candidate, current = scores
-        if candidate.fraction < gate.min_score:
-            return Verdict(
-                "fail", f"eval gate: {_score(candidate)} under the minimum {gate.min_score:g}"
-            )
-        if candidate.fraction < current.fraction - gate.max_drop:
-            return Verdict(
-                "fail",
-                f"eval gate: {_score(candidate)} vs {_score(current)} for the current version "
-                f"(items failed: {', '.join(map(str, candidate.failed[:10]))})",
-            )
+    if isinstance(evals, GateDecision) and not evals.passed:
+        return Verdict("fail", f"eval gate: {evals.reason}")
     if elapsed_s < canary.hold_s:
         return Verdict("wait", f"held {elapsed_s:.1f} of {canary.hold_s:g} s")
     if metrics.requests < canary.min_requests:
@@ -99,6 +85,10 @@ def judge(
                 f"fewer than the {canary.min_requests} a stage needs",
             )
         return Verdict("wait", f"{metrics.requests} of {canary.min_requests} requests")
+    if evals == "pending":
+        if elapsed_s >= canary.max_stage_s:
+            return Verdict("fail", f"eval gate not decided in {elapsed_s:.0f} s (max_stage_s)")
+        return Verdict("wait", "eval gate: evaluating both versions")
     return Verdict("pass", f"stage passed ({metrics.requests} requests, {metrics.errors} errors)")
 
 
@@ -121,7 +111,3 @@ def rolled_back(rollout: Rollout, reason: str, now: float) -> Rollout:
     """An operator's rollback or a failed alias move: back to the current version."""
     entry = {"stage": rollout.stage, "outcome": "fail", "reason": reason, "time": now}
     return replace(rollout, status="rolled_back", reason=reason, history=(*rollout.history, entry))
-
-
-def _score(score: Score) -> str:
-    return f"{score.passed}/{score.total}"

@@ -22,11 +22,12 @@ from typing import Any
 from shipyard.errors import Conflict, InvalidInput, NotFound, ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.httpguard import call, read_token
-from shipyard.httpguard.apikeys import ApiKeys, hash_key, new_key
+from shipyard.httpguard.apikeys import ApiKeys
 from shipyard.serve.deploy import metrics
 from shipyard.serve.deploy import replicas as rp
 from shipyard.serve.deploy.activator import Activator
 from shipyard.serve.deploy.canary import Rollout, candidate_weight
+from shipyard.serve.deploy.evalgate import GateRun
 from shipyard.serve.deploy.spec import DeploymentSpec, spec_to_dict
 from shipyard.serve.deploy.state import Records, pid_alive
 from shipyard.workspace import Workspace
@@ -66,12 +67,9 @@ class Controller:
         # The controller's loopback endpoint: /metrics, and the stand-in for a version at zero
         keys = ApiKeys(spec.api_keys)
         self.endpoint = Activator(spec.name, self.home, metrics.registry(self), keys)
-        # The controller's own key for its replicas (the eval gate asks them directly); its
-        # hash joins the spec's on their command lines, the key itself stays in this process.
-        self.own_key = new_key()
         self.last_change: float | None = None
         self.scaling: dict[str, Any] = {}  # what the autoscaler loop keeps between ticks
-        self.gate: dict[str, Any] = {}  # the eval gate's scores in this rollout (rollout.py)
+        self.gate: GateRun | None = None  # the running rollout's eval gate (rollout.py)
         self.claimed = False  # whether start() made the record this controller's
         self.health: dict[str, dict[str, Any] | None] = {}  # replica -> its last /health
         self.misses: dict[str, int] = {}  # replica -> /health probes unanswered in a row
@@ -119,6 +117,8 @@ class Controller:
         A controller that never claimed the record (its start was refused) touches neither the
         router nor the record: they belong to another controller, or to none."""
         with self._lock:
+            if self.gate is not None:
+                self.gate.stop()
             for replicas in self.replicas.values():
                 for replica in replicas:
                     rp.stop(replica)
@@ -172,9 +172,7 @@ class Controller:
         for _ in range(count):
             self._serial += 1
             name = f"{self.spec.name}-{version}-{self._serial}"
-            keys = self.spec.api_keys  # an open deployment stays open: no key added to it
-            hashes = (*keys, hash_key(self.own_key)) if keys else ()
-            command = rp.replica_command(self.spec, artifact, name, hashes)
+            command = rp.replica_command(self.spec, artifact, name, self.spec.api_keys)
             launched.append(
                 rp.launch(command, name, version, artifact, rp.logs_dir(self.home), self.home)
             )

@@ -1,115 +1,77 @@
-"""The eval gate: a fixed item set scored on two versions, read from JSONL.
+"""The canary's eval gate on the eval platform: both versions' runs of the spec's eval tasks go
+on the work queue, eval worker processes work them, and `evals.gate.judge` decides.
 
-One item per line: {"prompt": str, "expected": str, "match": "exact" | "contains" (default
-contains), "max_tokens": int (default 16)}. A completion passes when its text, stripped, equals
-`expected` stripped (exact) or contains it (contains). Greedy decoding (temperature 0, a fixed
-seed) makes a version's score a function of its weights, so the candidate and the current version
-are compared on the same items.
+A rollout starts one `python -m shipyard.evals.worker MODEL` per version whose runs are not done
+(a version evaluated before, by an earlier rollout or the trainer, costs nothing); each loads the
+model artifact, not a replica, so the items and statistics are those of `shipyard eval run`, and
+the results land in the same store (`shipyard eval report`, the console's eval pages). The
+controller polls the workers from its loop and never blocks on them; they die with it.
 """
 
-import json
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import os
+import subprocess
+import sys
 from pathlib import Path
-from typing import Any, Literal
 
-from shipyard.errors import InvalidInput
-
-MAX_ITEMS = 1000
-MAX_ITEM_FILE = 4 << 20
-MAX_TOKENS = 256
-
-
-@dataclass(frozen=True)
-class Item:
-    prompt: str
-    expected: str
-    match: Literal["exact", "contains"] = "contains"
-    max_tokens: int = 16
+from shipyard import children
+from shipyard.db import database_url, open_database
+from shipyard.errors import InvalidInput, ShipyardError
+from shipyard.evals.gate import GateDecision, judge, pending, plan_gate, rescore
+from shipyard.evals.store import ResultStore
+from shipyard.queue import Queue
+from shipyard.secretfile import ensure_private_dir
+from shipyard.serve.deploy.spec import EvalGate
 
 
-@dataclass(frozen=True)
-class Score:
-    passed: int
-    total: int
-    failed: tuple[int, ...]  # line numbers (1-based) of the items that failed
+class GateRun:
+    """One rollout's evaluation of `candidate` against `baseline` (model artifact ids)."""
 
-    @property
-    def fraction(self) -> float:
-        return self.passed / self.total if self.total else 1.0
+    def __init__(self, gate: EvalGate, candidate: str, baseline: str, home: Path, logs: Path):
+        self.gate, self.candidate, self.baseline = gate, candidate, baseline
+        self.queue = Queue(open_database(database_url(home)))
+        self.decision: GateDecision | None = None
+        self.workers: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            plan_gate(self.queue, [candidate, baseline], gate.tasks)
+        except ShipyardError as exc:  # a task file gone or changed since the spec was read
+            self.queue.close()
+            raise InvalidInput(f"eval_gate.tasks: {exc}") from None
+        ensure_private_dir(logs)
+        env = {**os.environ, "SHIPYARD_HOME": str(home), "OMP_NUM_THREADS": "1"}
+        env.update(MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+        for model in dict.fromkeys([candidate, baseline]):
+            if pending(self.queue, model):
+                with (logs / f"eval-{model[:12]}.log").open("ab") as log:
+                    argv = [sys.executable, "-m", "shipyard.evals.worker", model]
+                    self.workers[model] = children.spawn(
+                        argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env
+                    )
 
+    def poll(self) -> GateDecision | None:
+        """The decision once every worker has exited (None before). A version whose runs did not
+        complete (a worker that failed, items dead in the queue) fails the gate, with why."""
+        if self.decision is not None:
+            return self.decision
+        if any(proc.poll() is None for proc in self.workers.values()):
+            return None
+        failed = {m[:12]: p.returncode for m, p in self.workers.items() if p.returncode}
+        self.stop()
+        store = ResultStore(self.queue.db)
+        tasks = self.gate.tasks
+        try:
+            for model in dict.fromkeys([self.candidate, self.baseline]):
+                rescore(store, model, tasks)  # a scorer newer than stored results: re-judged
+            self.decision = judge(
+                store, self.candidate, self.baseline, tasks, self.gate.max_drop, self.gate.z
+            )
+        except ShipyardError as exc:
+            said = f" (eval workers exited with {failed}; see serve/logs/eval-*.log)"
+            self.decision = GateDecision(False, (), f"{exc}{said if failed else ''}")
+        finally:
+            self.queue.close()
+        return self.decision
 
-def load_items(path: Path) -> list[Item]:
-    try:
-        with path.open("rb") as file:
-            raw = file.read(MAX_ITEM_FILE + 1)
-    except OSError as exc:
-        raise InvalidInput(f"eval items {path}: cannot read ({exc.strerror})") from None
-    if len(raw) > MAX_ITEM_FILE:
-        raise InvalidInput(f"eval items {path}: larger than {MAX_ITEM_FILE} bytes")
-    return parse_items(raw, str(path))
-
-
-def parse_items(raw: bytes, where: str = "eval items") -> list[Item]:
-    """Items from JSONL bytes; a bad line is named by number. Only `InvalidInput` escapes."""
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidInput(f"{where}: not UTF-8 (byte {exc.start})") from None
-    items: list[Item] = []
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        if len(items) == MAX_ITEMS:
-            raise InvalidInput(f"{where}: more than {MAX_ITEMS} items")
-        items.append(_item(line, f"{where} line {number}"))
-    if not items:
-        raise InvalidInput(f"{where}: no items")
-    return items
-
-
-def _item(line: str, where: str) -> Item:
-    try:
-        data = json.loads(line)
-    except (ValueError, RecursionError) as exc:
-        raise InvalidInput(f"{where}: not JSON ({exc})") from None
-    allowed = ("prompt", "expected", "match", "max_tokens")
-    if not isinstance(data, dict):
-        raise InvalidInput(f"{where}: expected an object with {', '.join(allowed)}")
-    unknown = [key for key in data if key not in allowed]
-    if unknown:
-        raise InvalidInput(f"{where}: unknown field {unknown[0]!r:.60}: allowed {allowed}")
-    prompt, expected = data.get("prompt"), data.get("expected")
-    if not isinstance(prompt, str) or not prompt or not isinstance(expected, str):
-        raise InvalidInput(f"{where}: prompt (non-empty) and expected must be strings")
-    match = data.get("match", "contains")
-    if match not in ("exact", "contains"):
-        raise InvalidInput(f"{where}: match {match!r:.60}: allowed exact, contains")
-    max_tokens = data.get("max_tokens", 16)
-    if isinstance(max_tokens, bool) or not isinstance(max_tokens, int):
-        raise InvalidInput(f"{where}: max_tokens must be a whole number")
-    if not 1 <= max_tokens <= MAX_TOKENS:
-        raise InvalidInput(f"{where}: max_tokens {max_tokens}: allowed 1 to {MAX_TOKENS}")
-    return Item(prompt, expected, match, max_tokens)
-
-
-def passes(item: Item, text: str) -> bool:
-    got, want = text.strip(), item.expected.strip()
-    return got == want if item.match == "exact" else want in got
-
-
-def score(items: Sequence[Item], complete: Callable[[Item], str]) -> Score:
-    """Score `items` with `complete` (item -> completion text)."""
-    failed = tuple(n for n, item in enumerate(items, 1) if not passes(item, complete(item)))
-    return Score(len(items) - len(failed), len(items), failed)
-
-
-def completion_request(item: Item, model: str) -> dict[str, Any]:
-    """The OpenAI /v1/completions body that scores `item`: greedy, seeded."""
-    return {
-        "model": model,
-        "prompt": item.prompt,
-        "max_tokens": item.max_tokens,
-        "temperature": 0,
-        "seed": 0,
-    }
+    def stop(self) -> None:
+        """End the workers still running (a rollout stopped early, the controller closing)."""
+        for proc in self.workers.values():
+            children.stop(proc)

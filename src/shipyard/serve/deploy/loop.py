@@ -46,6 +46,7 @@ def tick(ctrl: Controller) -> None:
 
 
 def _finish_rollout(ctrl: Controller) -> None:
+    ctrl.save()  # the rollout's last stage is in the record before its command reads as done
     key, ctrl.rollout_command = ctrl.rollout_command, None
     rollout = ctrl.rollout
     if rollout is None:

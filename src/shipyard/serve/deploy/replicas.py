@@ -140,24 +140,6 @@ def health(url: str, timeout: float = 2.0) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def complete(url: str, body: dict[str, Any], key: str, timeout: float = 120.0) -> str:
-    """One /v1/completions call with API key `key`; the first choice's text. StorageError names
-    the replica."""
-    headers = {"Content-Type": "application/json", "x-shipyard-tier": "standard"}
-    headers["Authorization"] = f"Bearer {key}"
-    request = urllib.request.Request(
-        f"{url}/v1/completions", data=json.dumps(body).encode(), method="POST", headers=headers
-    )
-    try:
-        with _OPENER.open(request, timeout=timeout) as response:
-            data = json.loads(response.read(4 << 20))
-        return str(data["choices"][0]["text"])
-    except urllib.error.HTTPError as exc:
-        raise StorageError(f"{url}/v1/completions: {exc.code} {exc.reason}") from None
-    except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
-        raise StorageError(f"{url}/v1/completions: no usable answer ({exc})") from None
-
-
 def start_router(home: Path, timeout: float = 60.0) -> Replica:
     """A router process (`python -m shipyard.serve.router`) on a free loopback port."""
     command = [sys.executable, "-m", "shipyard.serve.router", "--port", "0"]

@@ -1,9 +1,10 @@
 """The canary driver: start the candidate, walk the stages, promote by CAS or roll back.
 
-The eval gate is scored by direct calls: each item goes greedily to one replica of the candidate
-and one of the current version (the current version's score is taken once per rollout, the
-candidate's at every stage). The current version's replicas keep running throughout, so a
-rollback is a router PUT away; the candidate's are stopped on rollback. On promotion the alias
+The eval gate (`evalgate.GateRun`) starts with the rollout: both versions' runs of the spec's
+eval tasks go on the work queue and eval workers work them while the first stage takes traffic;
+no stage passes before the gate has decided, and a failed gate rolls back. The current version's
+replicas keep running throughout, so a rollback is a router PUT away; the candidate's are stopped
+on rollback. On promotion the alias
 (when the spec's model is one) moves by compare-and-swap from the current artifact to the
 candidate; a concurrent move makes the CAS fail, and the rollout is rolled back instead.
 """
@@ -11,11 +12,12 @@ candidate; a concurrent move makes the CAS fail, and the rollout is rolled back 
 import time
 from typing import Any
 
-from shipyard.errors import Conflict, InvalidInput, ShipyardError, StorageError
+from shipyard.errors import Conflict, InvalidInput, ShipyardError
+from shipyard.evals.gate import GateDecision
 from shipyard.serve.deploy import replicas as rp
-from shipyard.serve.deploy.canary import Rollout, StageMetrics, judge, rolled_back, step
+from shipyard.serve.deploy.canary import Evals, Rollout, StageMetrics, judge, rolled_back, step
 from shipyard.serve.deploy.controller import Controller, version_of
-from shipyard.serve.deploy.evalgate import Item, Score, completion_request, load_items, score
+from shipyard.serve.deploy.evalgate import GateRun
 
 CAS_LOST = "moved concurrently"  # in the reason of a rollout whose alias CAS failed
 
@@ -30,19 +32,23 @@ def begin(ctrl: Controller, ref: str, now: float | None = None) -> Rollout:
     current = ctrl.artifacts[ctrl.current]
     if candidate == current:
         raise InvalidInput(f"{ref!r} is {candidate[:12]}, the version already serving")
+    _stop_gate(ctrl)
+    gate = ctrl.spec.eval_gate
+    if gate.tasks:  # first: a gate task gone since the spec was read refuses the rollout
+        ctrl.gate = GateRun(gate, candidate, current, ctrl.home, rp.logs_dir(ctrl.home))
     version = version_of(candidate)
     if ctrl.previous and ctrl.previous != version:
         ctrl.drop(ctrl.previous)  # one warm fallback at a time: the current version
     ctrl.previous = None
     ctrl.artifacts[version] = candidate
-    ctrl.gate.clear()
     count = ctrl.spec.canary.replicas or max(1, ctrl.count())
     try:
         ctrl.grow(version, count - ctrl.count(version))
-        if ctrl.count() == 0:  # scaled to zero: the comparison needs a current replica
+        if ctrl.count() == 0:  # scaled to zero: a rollback needs a current replica
             ctrl.grow(ctrl.current, 1)
     except ShipyardError:
         ctrl.drop(version)  # a candidate that cannot start leaves nothing running
+        _stop_gate(ctrl)
         raise
     ctrl.rollout = Rollout(current, candidate, stage_started=_now(now), began=_now(now))
     ctrl.records.log(ctrl.spec.name, {"kind": "canary", "action": "begin", "to": candidate})
@@ -65,10 +71,10 @@ def advance(ctrl: Controller, now: float | None = None) -> Rollout:
         ttft_p50_ms=raw.get("ttft_ms_p50"),
         ttft_p99_ms=raw.get("ttft_ms_p99"),
     )
-    scores = _gate_scores(ctrl, version, rollout.stage)
-    verdict = judge(
-        spec.canary, spec.slo, spec.eval_gate, now - rollout.stage_started, metrics, scores
-    )
+    evals: Evals = None
+    if ctrl.gate is not None:
+        evals = ctrl.gate.poll() or "pending"
+    verdict = judge(spec.canary, spec.slo, now - rollout.stage_started, metrics, evals)
     after = step(rollout, stages, verdict, now)
     if verdict.outcome != "wait":
         ctrl.records.log(
@@ -80,7 +86,7 @@ def advance(ctrl: Controller, now: float | None = None) -> Rollout:
                 "reason": verdict.reason,
                 "inputs": {
                     "metrics": metrics.__dict__,
-                    "eval": None if scores is None else [s.__dict__ for s in scores],
+                    "eval": evals.as_json() if isinstance(evals, GateDecision) else evals,
                 },
             },
         )
@@ -98,6 +104,7 @@ def promote(ctrl: Controller, now: float) -> None:
     """Move the alias by CAS, then all traffic; the old version stays warm for `rollback`."""
     rollout = ctrl.rollout
     assert rollout is not None
+    _stop_gate(ctrl)
     alias = ctrl.spec.model if ctrl.ws.catalog.get_alias(ctrl.spec.model) else None
     if alias:
         try:
@@ -120,6 +127,7 @@ def abandon(ctrl: Controller) -> None:
     """Traffic back to the current version, then stop the candidate's replicas."""
     rollout = ctrl.rollout
     assert rollout is not None
+    _stop_gate(ctrl)
     ctrl.push()  # status is rolled_back: the candidate's weight is gone
     ctrl.drop(version_of(rollout.candidate))
     ctrl.push()
@@ -148,32 +156,11 @@ def rollback(ctrl: Controller, now: float | None = None) -> str:
     return f"serving {ctrl.current} again; {forward[:12]} kept warm"
 
 
-def _gate_scores(ctrl: Controller, version: str, stage: int) -> tuple[Score, Score] | None:
-    gate = ctrl.spec.eval_gate
-    if gate.items is None:
-        return None
-    memory = ctrl.gate
-    key = (version, stage)
-    if memory.get("gate_key") != key:
-        items = load_items(gate.items)
-        if "gate_current" not in memory:
-            memory["gate_current"] = _score_on(ctrl, ctrl.current, items)
-        memory["gate_key"] = key
-        memory["gate_candidate"] = _score_on(ctrl, version, items)
-    return memory["gate_candidate"], memory["gate_current"]
-
-
-def _score_on(ctrl: Controller, version: str, items: list[Item]) -> Score:
-    """Score `items` on one replica of `version`; an item it answers with an error fails."""
-    url = ctrl.replicas[version][0].url
-
-    def answer(item: Item) -> str:
-        try:
-            return rp.complete(url, completion_request(item, ctrl.spec.name), ctrl.own_key)
-        except StorageError:
-            return ""  # counted as a failed item: a version that errors fails its gate
-
-    return score(items, answer)
+def _stop_gate(ctrl: Controller) -> None:
+    """End the gate's eval workers, if any still run (the results they stored are kept)."""
+    if ctrl.gate is not None:
+        ctrl.gate.stop()
+        ctrl.gate = None
 
 
 def _int(value: Any) -> int:

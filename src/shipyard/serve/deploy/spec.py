@@ -20,13 +20,16 @@ from urllib.parse import urlparse
 import yaml
 
 from shipyard.distribute.config import parse_address
-from shipyard.errors import InvalidInput
+from shipyard.errors import InvalidInput, ShipyardError
+from shipyard.evals.tasks import get_task
 from shipyard.httpguard.apikeys import parse_hashes
 
 ENGINES = ("transformers", "openai")
 TIERS = ("interactive", "standard", "batch")
 MAX_SPEC_BYTES = 1 << 20
 MAX_REPLICAS = 256
+MAX_GATE_TASKS = 32
+MAX_Z = 10.0
 NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,62}")
 _REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,127}")
 
@@ -81,9 +84,12 @@ class Canary:
 
 @dataclass(frozen=True)
 class EvalGate:
-    items: Path | None = None  # JSONL: {"prompt", "expected", "match": exact|contains, ...}
-    max_drop: float = 0.0  # candidate score may trail the current one by at most this fraction
-    min_score: float = 0.0  # and must reach this fraction of the items
+    """Eval-platform tasks both versions run; the candidate fails a task when its paired
+    difference from the current version is below -max_drop by more than z standard errors."""
+
+    tasks: tuple[str, ...] = ()  # registered task names, or jsonl:PATH (none: no eval gate)
+    max_drop: float = 0.0
+    z: float = 1.96
 
 
 @dataclass(frozen=True)
@@ -102,7 +108,8 @@ class DeploymentSpec:
 
 
 def load_spec(path: Path) -> DeploymentSpec:
-    """Read and validate the spec at `path`; relative `eval_gate.items` is taken from its dir."""
+    """Read and validate the spec at `path`; a relative `jsonl:PATH` gate task is taken from its
+    folder."""
     try:
         with path.open("rb") as file:
             raw = file.read(MAX_SPEC_BYTES + 1)
@@ -166,7 +173,7 @@ def spec_to_dict(spec: DeploymentSpec) -> dict[str, Any]:
         "slo": _plain(spec.slo),
         "autoscale": _plain(spec.autoscale),
         "canary": {**_plain(spec.canary), "stages": list(spec.canary.stages)},
-        "eval_gate": {**_plain(gate), "items": str(gate.items) if gate.items else None},
+        "eval_gate": {**_plain(gate), "tasks": list(gate.tasks)},
         "api_keys": list(spec.api_keys),
     }
 
@@ -255,13 +262,44 @@ def _canary(data: Any, where: str) -> Canary:
 
 
 def _eval_gate(data: Any, where: str, base: Path | None) -> EvalGate:
-    gate = _build(EvalGate, data, where)
-    for knob in ("max_drop", "min_score"):
-        if not 0 <= getattr(gate, knob) <= 1:
-            raise InvalidInput(f"{where}.{knob} {getattr(gate, knob)}: allowed 0 to 1")
-    if gate.items is not None and base is not None and not gate.items.is_absolute():
-        gate = EvalGate(base / gate.items, gate.max_drop, gate.min_score)
-    return gate
+    if isinstance(data, dict) and "items" in data:
+        raise InvalidInput(
+            f"{where}.items: the gate's own item file is gone; name eval tasks in "
+            f"{where}.tasks (a JSONL task file as jsonl:PATH, see docs/serving-deploy.md)"
+        )
+    rest = {k: v for k, v in data.items() if k != "tasks"} if isinstance(data, dict) else data
+    gate = _build(EvalGate, rest, where)
+    if not 0 <= gate.max_drop <= 1:
+        raise InvalidInput(f"{where}.max_drop {gate.max_drop}: allowed 0 to 1")
+    if gate.z > MAX_Z:
+        raise InvalidInput(f"{where}.z {gate.z}: allowed 0 to {MAX_Z:g}")
+    tasks = _gate_tasks(data.get("tasks") if isinstance(data, dict) else None, where, base)
+    return dataclasses.replace(gate, tasks=tasks)
+
+
+def _gate_tasks(data: Any, where: str, base: Path | None) -> tuple[str, ...]:
+    """Task refs, each one the eval platform loads now: an unknown name or a flawed JSONL file
+    is refused here, not when a rollout is under way."""
+    if data is None:
+        return ()
+    if not isinstance(data, list) or len(data) > MAX_GATE_TASKS:
+        raise InvalidInput(f"{where}.tasks: expected a list of up to {MAX_GATE_TASKS} task names")
+    refs: list[str] = []
+    for given in data:
+        if not isinstance(given, str) or not given or "\x00" in given or len(given) > 4096:
+            raise InvalidInput(f"{where}.tasks {_show(given)}: expected a task name or jsonl:PATH")
+        ref = given
+        if given.startswith("jsonl:"):
+            path = Path(given[len("jsonl:") :])
+            ref = f"jsonl:{base / path if base is not None and not path.is_absolute() else path}"
+        try:
+            get_task(ref)
+        except ShipyardError as exc:  # a missing task is bad input to this spec: exit 2
+            raise InvalidInput(f"{where}.tasks {_show(given)}: {exc}") from None
+        if ref in refs:
+            raise InvalidInput(f"{where}.tasks {_show(given)}: named twice")
+        refs.append(ref)
+    return tuple(refs)
 
 
 # Generic field checking, driven by each dataclass's field types
@@ -286,10 +324,6 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
         if not isinstance(value, list) or len(value) > 16:
             raise InvalidInput(f"{where}: expected a list of up to 16 numbers")
         return tuple(_number(v, where) for v in value)
-    if kind is Path:
-        if not isinstance(value, str) or not value or "\x00" in value or len(value) > 4096:
-            raise InvalidInput(f"{where}: expected a file path")
-        return Path(value)
     if kind is float:
         return _number(value, where)
     if kind is int:
