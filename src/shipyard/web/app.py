@@ -19,7 +19,7 @@ from prometheus_client import (
 
 from shipyard.errors import ShipyardError
 from shipyard.httpguard.asgi import error_status, guard_middleware, validation_message
-from shipyard.web import api, pages
+from shipyard.web import answers, api, pages
 from shipyard.web.context import Console
 
 STATIC = Path(__file__).parent / "static"
@@ -74,6 +74,7 @@ def create_app(console: Console) -> FastAPI:
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     app.include_router(pages.router(console))
+    app.include_router(answers.router(console))  # before api's catch-all for unknown routes
     app.include_router(api.router(console))
     return app
 

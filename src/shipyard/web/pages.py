@@ -8,7 +8,7 @@ from fastapi.responses import HTMLResponse
 from fastapi.templating import Jinja2Templates
 from markupsafe import Markup
 
-from shipyard.web import artifacts, batch, evals, ops, rl, runs, serving, svg
+from shipyard.web import answers, artifacts, batch, evals, ops, rl, runs, serving, svg
 from shipyard.web.context import Console
 
 TEMPLATES = Jinja2Templates(directory=Path(__file__).parent / "templates")
@@ -125,7 +125,12 @@ def router(console: Console) -> APIRouter:
 
     @pages.get("/serving/{name}")
     def deployment(request: Request, name: str) -> HTMLResponse:
-        return page(request, "deployment.html", d=serving.deployment(console.home, name))
+        found = serving.deployment(console.home, name)
+        return page(request, "deployment.html", d=found, recent=answers.recent(console.home, name))
+
+    @pages.get("/requests/{rid}")
+    def answer(request: Request, rid: str) -> HTMLResponse:
+        return page(request, "request.html", r=answers.lineage(console, rid))
 
     @pages.get("/evals")
     def eval_runs(request: Request) -> HTMLResponse:
