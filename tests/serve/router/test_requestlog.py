@@ -2,11 +2,14 @@
 disk makes the writer drop records rather than hold up a request."""
 
 import fcntl
+import importlib.util
 import os
 import time
 from pathlib import Path
 
 from shipyard.serve.router.requestlog import CURRENT, Answered, RequestLog, Writer
+
+BENCH = Path(__file__).parents[3] / "benchmarks" / "request_log.py"
 
 
 def answered(i: int, deployment: str = "chat") -> Answered:
@@ -57,3 +60,13 @@ def test_a_stalled_disk_drops_records_instead_of_blocking(tmp_path: Path) -> Non
         os.close(fd)
     writer.close()
     assert [r["request_id"] for r in log.recent()] == [f"req-{i}" for i in range(5, -1, -1)]
+
+
+def test_small_benchmark_writes_every_record_and_finds_them() -> None:
+    spec = importlib.util.spec_from_file_location("request_log_bench", BENCH)
+    assert spec and spec.loader
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    result = bench.run(records=500, mib=1.0)  # it checks every queued record reached the disk
+    assert 0.5 < result["log_mib"] <= 1.01
+    assert all(value > 0 for value in result.values())
