@@ -2,7 +2,9 @@
 the same rows and seeds, partial rollouts continue under newly synced weights, and the
 trainer's log-probs agree with the engine's at the same version."""
 
+import importlib.util
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -106,3 +108,20 @@ def test_a_workers_rollouts_are_the_engines_and_continue_under_new_weights() -> 
     finally:
         worker.stop()
         publisher.close()
+
+
+def test_the_weight_sync_benchmark_times_both_ways(tmp_path: Path) -> None:
+    """A small run of benchmarks/rl_weight_sync.py: each arm synced and answered a dispatch."""
+    path = Path(__file__).parents[2] / "benchmarks" / "rl_weight_sync.py"
+    spec = importlib.util.spec_from_file_location("rl_weight_sync", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    figures = bench.measure(
+        {"d_model": 16, "n_layers": 1, "n_heads": 2, "seq_len": 24}, 1, tmp_path
+    )
+    assert set(figures) == {
+        f"{a}_{b}" for a in ("in_place", "rebuild") for b in ("sync", "to_dispatch")
+    }
+    for arm in ("in_place", "rebuild"):
+        assert 0 < figures[f"{arm}_sync"] < figures[f"{arm}_to_dispatch"]

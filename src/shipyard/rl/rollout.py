@@ -6,6 +6,10 @@ and top-p with the request's own seed, and records the engine's log-prob of each
 A row that reaches end-of-sequence, `max_new` tokens or the model's context is finished; the
 others come back unfinished (a partial rollout) and continue at a later call, possibly under
 newer weights.
+
+It submits `GenRequest`s to the `Engine` itself rather than through `LocalEngine.generate`,
+which takes one sampling and one token limit for all its prompts: the members of a group share
+their prompt and need seeds of their own, and each row has its own room left.
 """
 
 import hashlib
@@ -14,7 +18,16 @@ from dataclasses import dataclass
 import torch
 
 from shipyard.rl.tasks import EOS
-from shipyard.serve.engine import Done, Engine, EngineConfig, Failed, GenRequest, Sampling, Token
+from shipyard.serve.engine import (
+    Done,
+    Engine,
+    EngineConfig,
+    EngineFailed,
+    Failed,
+    GenRequest,
+    Sampling,
+    Token,
+)
 
 
 @dataclass
@@ -72,7 +85,7 @@ def continue_rows(
         while True:
             event = request.events.get()
             if isinstance(event, Failed):
-                raise RuntimeError(f"rollout engine: {event.status} {event.message}")
+                raise EngineFailed(f"rollout failed ({event.status}): {event.message}")
             if isinstance(event, Done):
                 break
             assert isinstance(event, Token) and event.logprob is not None  # top_logprobs=0
