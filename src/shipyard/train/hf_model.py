@@ -107,13 +107,16 @@ def _check_weights(directory: Path, skeleton: nn.Module) -> None:
 
 
 def _check_targets(skeleton: nn.Module, targets: tuple[str, ...]) -> None:
-    names = [name for name, _ in skeleton.named_modules() if name]
+    modules = dict(skeleton.named_modules())
     for target in targets:
-        if not any(name == target or name.endswith("." + target) for name in names):
-            leaves = sorted({name.rsplit(".", 1)[-1] for name in names if not name.isdigit()})
+        if not any(name == target or name.endswith("." + target) for name in modules):
+            # The leaves' own names (q_proj, down_proj, ...) are what targets usually name.
+            leaves = {
+                name.rsplit(".", 1)[-1] for name, m in modules.items() if not list(m.children())
+            }
             raise InvalidInput(
                 f"train config field 'lora.targets': {target!r} matches no module of the model; "
-                f"its module names end with e.g. {', '.join(leaves[:12])}"
+                f"its layers are named {', '.join(sorted(leaves)[:16])}"
             )
 
 
