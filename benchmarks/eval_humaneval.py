@@ -43,9 +43,8 @@ def main() -> None:
     model_id = smollm2(ws)
 
     from shipyard.evals import EvalWorker, ResultStore, get_task, plan, register
-    from shipyard.evals.engine import warm_engine
     from shipyard.evals.report import summarize
-    from shipyard.evals.runner import materialise
+    from shipyard.evals.runner import materialise, warm_engine
     from shipyard.queue import open_queue
 
     queue = open_queue()

@@ -148,8 +148,7 @@ def run_shipyard(
     ws: Any, model_id: str, task_file: Path, batch: int
 ) -> tuple[list[list[float]], float]:
     from shipyard.evals import ResultStore, plan, work
-    from shipyard.evals.engine import warm_engine
-    from shipyard.evals.runner import materialise
+    from shipyard.evals.runner import materialise, warm_engine
     from shipyard.queue import open_queue
 
     queue = open_queue()

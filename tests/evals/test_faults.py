@@ -13,8 +13,7 @@ import pytest
 from tests.processes import alive, children_of
 
 from shipyard.evals import EvalWorker, ResultStore, plan, queue_name, work
-from shipyard.evals.engine import warm_engine
-from shipyard.evals.runner import materialise
+from shipyard.evals.runner import materialise, warm_engine
 from shipyard.queue import Queue
 from shipyard.workspace import Workspace
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 
 from shipyard.evals import (
-    Engine,
     ResultStore,
     compare,
     get_task,
@@ -19,6 +18,7 @@ from shipyard.evals import (
 )
 from shipyard.evals.store import judge_version
 from shipyard.queue import Queue
+from shipyard.serve.engine import LocalEngine
 from shipyard.workspace import Workspace
 
 
@@ -124,10 +124,9 @@ def test_report_is_an_artifact_downstream_of_its_model_and_compare_is_paired(
     assert diff["difference"]["mean"] == pytest.approx(mean_a - mean_b)
 
 
-def test_batched_loglikelihoods_equal_unbatched(
+def test_loglikelihoods_together_equal_alone_and_a_full_pass(
     tiny_llama_dirs: Callable[[int], Path],
 ) -> None:
-    engine = Engine(tiny_llama_dirs(0))
     pairs = [
         ("Question: What is 2 + 2?\nAnswer:", " 4"),
         ("A much longer context that pads the rest of the batch on the right side", " yes"),
@@ -135,20 +134,21 @@ def test_batched_loglikelihoods_equal_unbatched(
         ("trailing space ", "moves"),
         ("x", " a longer continuation of several tokens"),
     ]
-    alone = [engine.loglikelihoods([p], batch_size=1)[0] for p in pairs]
-    batched = engine.loglikelihoods(pairs, batch_size=5)
-    for one, many in zip(alone, batched, strict=True):
-        assert abs(one.logprob - many.logprob) < 1e-4 and one.greedy == many.greedy
-    # and both equal the plain full-logits computation
-    import torch
+    with LocalEngine(tiny_llama_dirs(0)) as engine:
+        alone = [engine.loglikelihoods([p])[0] for p in pairs]
+        together = engine.loglikelihoods(pairs)
+        for one, many in zip(alone, together, strict=True):
+            assert abs(one.logprob - many.logprob) < 1e-4 and one.greedy == many.greedy
+        # and both equal the plain full-logits computation
+        import torch
 
-    context, continuation = engine.encode_pair(*pairs[0])
-    ids = torch.tensor([context + continuation])
-    with torch.no_grad():
-        logits = engine.model(input_ids=ids).logits[0].log_softmax(-1)
+        context, continuation = engine.encode_pair(*pairs[0])
+        ids = torch.tensor([context + continuation])
+        with torch.no_grad():
+            logits = engine.loaded.model(input_ids=ids).logits[0].log_softmax(-1)
     positions = range(len(context) - 1, len(context) + len(continuation) - 1)
     plain = sum(float(logits[p, t]) for p, t in zip(positions, continuation, strict=True))
-    assert abs(plain - batched[0].logprob) < 1e-4
+    assert abs(plain - together[0].logprob) < 1e-4
 
 
 def test_a_task_changed_after_planning_stores_nothing_under_the_old_key(

@@ -10,9 +10,8 @@ See docs/evals.md.
 
 from shipyard.evals.canary import CanaryMoved, CanaryResult
 from shipyard.evals.contamination import ContaminationIndex, export_benchmarks
-from shipyard.evals.engine import Engine, warm_engine
 from shipyard.evals.report import compare, model_report, put_report
-from shipyard.evals.runner import EvalWorker, materialise, plan, queue_name, work
+from shipyard.evals.runner import EvalWorker, materialise, plan, queue_name, warm_engine, work
 from shipyard.evals.stats import Alert, Estimate, estimate, paired, regression_alert
 from shipyard.evals.store import HARNESS_VERSION, ResultStore, RunKey, judge_version
 from shipyard.evals.tasks import Item, Sampling, Task, get_task, register, registered
@@ -24,7 +23,6 @@ __all__ = [
     "CanaryMoved",
     "CanaryResult",
     "ContaminationIndex",
-    "Engine",
     "Estimate",
     "EvalWorker",
     "Item",

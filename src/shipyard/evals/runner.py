@@ -1,5 +1,9 @@
 """Fan a model's eval items out through the work queue and work them with one warm engine.
 
+The engine is the serving engine in process (`LocalEngine`): log-likelihoods and generation run
+through the same code as a replica's API, and the choices of a multiple-choice item share their
+context's KV through its prefix cache.
+
 Each (run, item) is one queue item keyed by the run key and the item id, so enqueueing again adds
 nothing and a finished item is never run again. A worker claims a batch, scores every
 multiple-choice item of the batch in batched forward passes, generates the rest, and completes
@@ -11,13 +15,14 @@ its result is dropped, the worker goes on. A killed worker's leases expire and i
 items are claimed by the next worker.
 """
 
+import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from shipyard.errors import InvalidInput, ShipyardError
-from shipyard.evals.engine import Engine, warm_engine
 from shipyard.evals.scoring import score
 from shipyard.evals.store import ResultStore, RunKey, judge_version
 from shipyard.evals.tasks import Item, Task, get_task
@@ -28,6 +33,9 @@ from shipyard.queue import Queue, StaleLease
 from shipyard.queue.heartbeat import Heartbeat
 from shipyard.serve import models as serve_models
 from shipyard.workspace import Workspace
+
+if TYPE_CHECKING:  # torch loads only where a model runs, not for `eval report`
+    from shipyard.serve.engine import LocalEngine
 
 
 def queue_name(model_id: str) -> str:
@@ -71,6 +79,23 @@ def materialise(workspace: Workspace, model_id: str) -> Path:
     return serve_models.materialise(workspace, model_id, cache).path
 
 
+_ENGINES: dict[str, "LocalEngine"] = {}
+_LOCK = threading.Lock()
+
+
+def warm_engine(model_id: str, model_dir: Path) -> "LocalEngine":
+    """This process's engine for `model_id`, loaded once and shared by every task
+    (torch threads: $SHIPYARD_EVAL_THREADS, default 1)."""
+    from shipyard.serve.engine import LocalEngine, load_causal_lm
+
+    with _LOCK:
+        engine = _ENGINES.get(model_id)
+        if engine is None:
+            threads = int(os.environ.get("SHIPYARD_EVAL_THREADS", "1"))
+            engine = _ENGINES[model_id] = LocalEngine(load_causal_lm(model_dir, threads))
+        return engine
+
+
 @dataclass
 class WorkerStats:
     completed: int = 0
@@ -86,7 +111,7 @@ class EvalWorker:
         self,
         queue: Queue,
         model_id: str,
-        engine: Engine,
+        engine: "LocalEngine",
         batch: int = 16,
         lease: float = 120.0,
         note: Callable[[str], None] = lambda _: None,
@@ -217,7 +242,7 @@ class EvalWorker:
         for _, task, item in todo:
             context = task.render(item)
             pairs += [(context, " " + choice) for choice in item.choices]
-        scores = self.engine.loglikelihoods(pairs, batch_size=self.batch)
+        scores = self.engine.loglikelihoods(pairs)
         outputs, at = {}, 0
         for q, _, item in todo:
             mine = scores[at : at + len(item.choices)]
@@ -229,10 +254,12 @@ class EvalWorker:
         return outputs
 
     def _generate(self, task: Task, item: Item) -> dict[str, Any]:
-        (text,) = self.engine.generate(
-            [task.render(item)], task.sampling.max_tokens, task.sampling.stop, task.sampling.chat
-        )
-        return {"text": text}
+        """Greedy, one item at a time: its output never depends on a batch-mate."""
+        limit = task.sampling.max_tokens
+        ids = self.engine.prompt_ids(task.render(item), task.sampling.chat)
+        ids = ids[-(self.engine.context - limit) :]  # keep the prompt's end, as the harness
+        (out,) = self.engine.generate([ids], max_tokens=limit, stop=task.sampling.stop)
+        return {"text": out.text}
 
     def _complete(
         self,
