@@ -23,14 +23,16 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     smol.set_defaults(func=_import_smollm2)
 
     ckpt = sources.add_parser(
-        "checkpoint", help="the trainer's GPT: a checkpoint artifact or directory, or its export"
+        "checkpoint",
+        help="a trainer checkpoint (artifact or directory) or the GPT's export; a Hugging Face "
+        "fine-tune's is merged into its base model",
     )
     ckpt.add_argument("ref", help="checkpoint artifact (id, prefix, alias) or a local directory")
     ckpt.add_argument(
         "--tokenizer",
         type=Path,
-        required=True,
-        help="the tokenizer.json the training tokens were made with (or a tokenizer directory)",
+        help="for the GPT: the tokenizer.json the training tokens were made with (or a tokenizer "
+        "directory); a fine-tune uses its base model's",
     )
     ckpt.add_argument("--n-heads", type=count, help="attention heads, if the source does not say")
     ckpt.add_argument("--name", help="alias to point at the artifact")

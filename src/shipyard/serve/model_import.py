@@ -230,7 +230,7 @@ def import_trainer_model(
         if not isinstance(heads, int):
             raise InvalidInput("n_heads: the source does not record it; pass --n-heads")
         if tokenizer is None:
-            raise InvalidInput("tokenizer: a Shipyard GPT needs the tokenizer it was trained with")
+            raise InvalidInput("tokenizer: a Shipyard GPT needs the one its data was made with")
         tok = _tokenizer(tokenizer)
         config, converted = gpt_to_gpt2(state, heads, tok.eos_token_id)
         model = GPT2LMHeadModel(config)
