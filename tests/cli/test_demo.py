@@ -14,7 +14,16 @@ from tests.conftest import run_cli
 
 from shipyard.workspace import Workspace
 
-PHASES = ("crawl → tokens", "pre-train", "model", "P2P pull", "deploy", "request", "total")
+PHASES = (
+    "crawl → tokens",
+    "base model",
+    "deploy",
+    "train → evals → gate",
+    "canary",
+    "P2P pull",
+    "request",
+    "total",
+)
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +59,7 @@ def test_the_summary_names_every_phase_with_its_time(
     _, result = demo
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     summary = result.stdout.split("\n\n")[-1].splitlines()
+    assert "gate passed" in result.stdout and "promoted" in result.stdout
     assert [line.split("  ")[0].strip() for line in summary] == list(PHASES)
     for line in summary:
         seconds = line[len(max(PHASES, key=len)) :].split(" s")[0]
@@ -67,12 +77,14 @@ def test_the_answer_carries_a_request_id_and_its_model_reaches_the_crawl(
     assert len(request_id) >= 16
     ws = Workspace.open(home)
     try:
-        served = ws.resolve("demo-model")
+        served = ws.resolve("demo-model")  # moved by the canary's promotion
         sources = {edge.parent for edge in ws.catalog.lineage(served, "up")}
+        kinds = {ws.manifest(node).kind for node in sources if not node.startswith("run-")}
         crawl = ws.resolve("demo-crawl")
     finally:
         ws.close()
-    assert crawl in sources
+    assert crawl in sources and "checkpoint" in kinds, kinds
+    assert f"answered by {served[:12]}" in result.stdout
     assert crawl[:16] in result.stdout.split("lineage of")[1]
 
 

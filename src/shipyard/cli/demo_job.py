@@ -1,12 +1,18 @@
 """The model lifecycle loop on embedded defaults, end to end (`shipyard demo`).
 
-Runs the Common Crawl excerpt vendored in `data/crawl` (see `data/README.md`) through the data
-pipeline into token shards; pre-trains the small GPT on them with one injected rank kill; makes
-the model to serve (SmolLM2-135M-Instruct, or with `--quick` the pre-trained GPT) the alias
-`demo-model`; pulls it onto local peers; deploys it behind the router; asks it one OpenAI-API
-request; prints the answer's lineage and a summary of the phases with their wall times.
+Full: the Common Crawl excerpt vendored in `data/crawl` (see `data/README.md`) → token shards →
+the small GPT pre-trained on them with one rank killed → SmolLM2-135M-Instruct imported as
+`demo-model` and deployed behind the router → SFT data from the crawl's text → a LoRA fine-tune
+of SmolLM2 with one rank killed, every checkpoint evaluated, gated against the deployed model
+and the newest that passed rolled out by canary → the served model pulled onto local peers → one
+OpenAI-API chat request → the answer's lineage back to the crawl and the SFT data.
+
+`--quick` (docs/demo.md): the untrained small GPT is deployed instead of SmolLM2, and its
+pre-training run (rank killed) is the one whose checkpoints are evaluated, gated and rolled out;
+no SFT data, no fine-tune, and a plain completion instead of a chat request.
 """
 
+import dataclasses
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
@@ -17,7 +23,8 @@ from shipyard.errors import ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.lifecycle_demo import models
 from shipyard.lifecycle_demo.clock import PhaseClock
-from shipyard.train.demo import train_demo
+from shipyard.train.config import TrainConfig
+from shipyard.train.demo import demo_config, train_demo
 from shipyard.workspace import Workspace
 
 DEMO_ALIAS = "demo-model"  # the model the demo's deployment serves
@@ -25,56 +32,83 @@ DEPLOYMENT = "demo"
 PROMPT = "What is a shipyard?"
 
 
+def hooked(cfg: TrainConfig, task: str) -> TrainConfig:
+    """`cfg` with `task` evaluated on every checkpoint and the passing ones rolled out to the
+    demo's deployment (a drop of at most 5 points is tolerated: the eval is small)."""
+    evals = dataclasses.replace(cfg.evals, fast=(task,))
+    deploy = dataclasses.replace(cfg.deploy, deployment=DEPLOYMENT, max_drop=0.05)
+    return dataclasses.replace(cfg, evals=evals, deploy=deploy)
+
+
+def _pull(ws: Workspace, artifact: str, root: Path) -> str:
+    """Pull `artifact` from this workspace's store onto three fresh local peers at once."""
+    pulled = pull_to_local_peers(ws.pieces.backend.uri, artifact, root)
+    for (host, port), got in pulled:
+        print(
+            f"peer      {host}:{port} pulled {got.wanted_bytes:,} bytes: "
+            f"{got.bytes_from_peers:,} from peers, {got.bytes_from_origin:,} from the origin"
+        )
+    from_peers = sum(got.bytes_from_peers for _, got in pulled)
+    total = sum(got.wanted_bytes for _, got in pulled)
+    return f"{len(pulled)} peers, {from_peers / max(total, 1):.0%} of the bytes from peers"
+
+
 def run_demo(seed: int, quick: bool = False) -> None:
     """Run the loop end to end, printing each step, then the summary."""
+    from shipyard.lifecycle_demo.loop import demo_task, train_and_roll_out
     from shipyard.lifecycle_demo.serving import answer_lineage, ask, deployment
 
+    home = shipyard_home()
     ws = Workspace.open()
     clock = PhaseClock()
-    with tempfile.TemporaryDirectory(prefix="shipyard-demo-") as tmp:
-        work = Path(tmp)
-        with clock.phase("crawl → tokens") as done:
-            tokens = crawl_to_tokens(ws)  # the vendored crawl excerpt → token shards
-            done.append(f"dataset {tokens[0][:16]}" if tokens else "no crawl: synthetic tokens")
-        with clock.phase("pre-train") as done:
-            trained = train_demo(ws, tokens, seed)  # one injected rank kill → demo-trained
-            done.append(f"model {trained[:16]} (demo-trained), rank 1 killed once")
-        if not tokens and quick:
-            raise ShipyardError("demo --quick serves the crawl-trained model: it needs the crawl")
-        with clock.phase("model") as done:
-            if quick:
-                served = models.trained_gpt(ws, trained, "demo-tokenizer", work)
-            else:
-                served = models.smollm2(ws)
-            ws.move_alias(DEMO_ALIAS, served, expect=None)
-            what = "the pre-trained GPT as GPT-2" if quick else "SmolLM2-135M-Instruct"
-            done.append(f"{what} {served[:16]} ({DEMO_ALIAS})")
-        with clock.phase("P2P pull") as done:
-            pulled = pull_to_local_peers(ws.pieces.backend.uri, served, work / "peers")
-            for (host, port), got in pulled:
-                print(
-                    f"peer      {host}:{port} pulled {got.wanted_bytes:,} bytes: "
-                    f"{got.bytes_from_peers:,} from peers, {got.bytes_from_origin:,} from origin"
-                )
-            from_peers = sum(got.bytes_from_peers for _, got in pulled)
-            total = sum(got.wanted_bytes for _, got in pulled)
-            done.append(
-                f"{len(pulled)} peers, {from_peers / max(total, 1):.0%} of bytes peer-to-peer"
-            )
-        with ExitStack() as serving:
+    try:
+        with tempfile.TemporaryDirectory(prefix="shipyard-demo-") as tmp, ExitStack() as serving:
+            work = Path(tmp)
+            with clock.phase("crawl → tokens") as done:
+                tokens = crawl_to_tokens(ws)  # the vendored crawl excerpt → token shards
+                if not tokens:
+                    raise ShipyardError("the demo needs the crawl excerpt (see data/README.md)")
+                done.append(f"dataset {tokens[0][:16]} (demo-tokens)")
+            pretrain = demo_config(ws, tokens, seed)
+            if not quick:
+                with clock.phase("pre-train") as done:
+                    trained = train_demo(ws, tokens, seed)  # one injected rank kill → demo-trained
+                    done.append(f"model {trained[:16]} (demo-trained), rank 1 killed once")
+            with clock.phase("base model") as done:
+                if quick:
+                    base = models.untrained_gpt(ws, pretrain.model, "demo-tokenizer", seed, work)
+                else:
+                    base = models.smollm2(ws)
+                ws.move_alias(DEMO_ALIAS, base, expect=None)
+                what = "the untrained GPT" if quick else "SmolLM2-135M-Instruct"
+                done.append(f"{what} {base[:16]} ({DEMO_ALIAS})")
             with clock.phase("deploy") as done:
-                router, ctrl = serving.enter_context(
-                    deployment(shipyard_home(), DEPLOYMENT, DEMO_ALIAS)
-                )
+                router, ctrl = serving.enter_context(deployment(home, DEPLOYMENT, DEMO_ALIAS))
                 done.append(f"{DEPLOYMENT}: {ctrl.count()} replica of {ctrl.current} at {router}")
+            task = demo_task(home)
+            with clock.phase("train → evals → gate") as done:
+                if quick:
+                    cfg = hooked(pretrain, task)  # its final model: demo-trained
+                else:
+                    raise ShipyardError("the fine-tune phase is not wired yet")
+                outcome = train_and_roll_out(cfg, 2, print)
+                done.append(f"{outcome.run_id}, rank 1 killed; " + " | ".join(outcome.checkpoints))
+            with clock.phase("canary") as done:
+                if not outcome.rolled_out:
+                    raise ShipyardError(f"nothing was rolled out: {outcome.rollout}")
+                done.append(f"{outcome.rolled_out[:16]}: {outcome.rollout}")
+            served = outcome.rolled_out
+            with clock.phase("P2P pull") as done:
+                done.append(_pull(ws, served, work / "peers"))
             with clock.phase("request") as done:
                 answer = ask(router, DEPLOYMENT, PROMPT, chat=not quick)
                 done.append(f"request {answer.request_id} answered by {answer.version}")
             print(f"answer    {answer.text!r}")
             print(f"          request id {answer.request_id}, version {answer.version}")
-    print(f"lineage of the answer ({answer.request_id}):")
-    for line in answer_lineage(ws, shipyard_home(), answer.request_id):
-        print("  " + line)
-    print()
-    for line in clock.summary():
-        print(line)
+            print(f"lineage of the answer ({answer.request_id}):")
+            for line in answer_lineage(ws, home, answer.request_id):
+                print("  " + line)
+    finally:  # the phases so far, also when one failed
+        print()
+        for line in clock.summary():
+            print(line)

@@ -32,17 +32,14 @@ def _synthetic_tokens(ws: Workspace, seed: int) -> str:
         return ws.put(Path(tmp), "dataset", name="demo-tokens-synthetic").id
 
 
-def train_demo(
-    ws: Workspace, token_ids: list[str], seed: int = 0, say: Callable[[str], None] = print
-) -> str:
-    """Train briefly with one injected rank kill; returns the model artifact id."""
-    from shipyard.train.controller import Controller  # imports torch: only when training
-
+def demo_config(ws: Workspace, token_ids: list[str], seed: int = 0) -> TrainConfig:
+    """The small GPT on the demo's tokens (synthetic ones without): 2 ranks, 30 steps, a
+    checkpoint every 10, rank 1 killed at step 15."""
     tokens = token_ids[0] if token_ids else _synthetic_tokens(ws, seed)
     with tempfile.TemporaryDirectory(prefix="shipyard-demo-peek-") as tmp:
         ws.get(tokens, Path(tmp) / "tokens")
         vocab = TokenDataset(Path(tmp) / "tokens").vocab_size
-    cfg = TrainConfig.from_dict(
+    return TrainConfig.from_dict(
         {
             "data": {"artifact": tokens, "global_batch": 8, "seed": seed},
             "model": {"vocab_size": vocab, "d_model": 64, "n_layers": 2, "n_heads": 2},
@@ -51,6 +48,15 @@ def train_demo(
             "alias": DEMO_TRAINED,
         }
     )
+
+
+def train_demo(
+    ws: Workspace, token_ids: list[str], seed: int = 0, say: Callable[[str], None] = print
+) -> str:
+    """Train briefly with one injected rank kill; returns the model artifact id."""
+    from shipyard.train.controller import Controller  # imports torch: only when training
+
+    cfg = demo_config(ws, token_ids, seed)
     run_id = create_run(cfg, nprocs=2)
     say(f"train     {run_id}: 2 ranks, 30 steps, rank 1 killed at step 15")
     state = Controller(run_id, say=lambda line: say(f"train     {line}")).run_to_end()
