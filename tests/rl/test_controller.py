@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shipyard.errors import NotFound
-from shipyard.rl import Controller, RLConfig, metrics_text, report
+import pytest
+import torch
+
+from shipyard.errors import InvalidInput, NotFound
+from shipyard.rl import Controller, RLConfig, checkpoint, metrics_text, report
 from shipyard.rl.checkpoint import alias
 from shipyard.rl.trajectory import QUARANTINED, SCORED
 from shipyard.workspace import Workspace
@@ -107,8 +110,6 @@ def test_the_trainer_resumes_with_the_buffers_versions_intact(shipyard_home: Pat
     assert first.version == 3
     resumed = Controller(tiny(trainer={"steps": 5, "checkpoint_every": 1}))
     try:
-        from shipyard.rl import checkpoint
-
         assert checkpoint.restore(resumed)
         assert resumed.version == 3
         restored = {t.uid: t for t in resumed.buffer.trajectories()}
@@ -128,6 +129,19 @@ def test_the_trainer_resumes_with_the_buffers_versions_intact(shipyard_home: Pat
         record = workspace.catalog.get_artifact(workspace.resolve(alias("rl")))
         assert record is not None and record.kind == "checkpoint"
         assert record.metadata["version"] == 5
+
+
+def test_a_checkpoint_of_another_policy_shape_is_refused_by_name(shipyard_home: Path) -> None:
+    """A run resumed with another model shape (or a checkpoint cut by an older Shipyard's
+    policy) is refused with one line naming the checkpoint; the controller is left as built."""
+    checkpoint.save(Controller(tiny()))
+    other = Controller(tiny(model={"d_model": 16}))
+    before = {k: v.clone() for k, v in other.model.state_dict().items()}
+    with pytest.raises(InvalidInput, match=r"checkpoint rl-rl-checkpoint: its weights do not fit"):
+        checkpoint.restore(other)
+    assert other.version == 0
+    after = other.model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
 
 
 def test_artifact_sync_and_code_tasks_in_the_sandbox(shipyard_home: Path) -> None:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from shipyard.errors import NotFound
+from shipyard.errors import InvalidInput, NotFound
 from shipyard.rl.buffer import Buffer
 from shipyard.rl.policy import load_weights, save_weights
 
@@ -64,7 +64,13 @@ def restore(controller: "Controller") -> bool:
                 workspace.get(alias(controller.cfg.name), root)
             except NotFound:
                 return False
-            load_weights(controller.model, root / "policy.safetensors")
+            try:
+                load_weights(controller.model, root / "policy.safetensors")
+            except ValueError as exc:
+                raise InvalidInput(
+                    f"checkpoint {alias(controller.cfg.name)}: its weights do not fit this run's "
+                    f"policy ({exc}): it was cut with another model shape or an older policy"
+                ) from None
             optimizer = torch.load(root / "optimizer.pt", weights_only=True)
             controller.optimizer.load_state_dict(optimizer)
             state = json.loads((root / "state.json").read_text())

@@ -44,7 +44,16 @@ def save_weights(model: torch.nn.Module, path: Path) -> None:
 
 
 def load_weights(model: torch.nn.Module, path: Path) -> None:
-    model.load_state_dict(load_file(str(path)))
+    """Load `path` into `model`; ValueError, with `model` untouched, when its tensors do not fit
+    (another shape, or an older policy's weights)."""
+    tensors = load_file(str(path))
+    own = model.state_dict()
+    missing, unexpected = sorted(own.keys() - tensors.keys()), sorted(tensors.keys() - own.keys())
+    reshaped = sorted(k for k in own.keys() & tensors.keys() if own[k].shape != tensors[k].shape)
+    for what, names in (("missing", missing), ("unexpected", unexpected), ("reshaped", reshaped)):
+        if names:
+            raise ValueError(f"{len(names)} tensors {what}, the first {names[0]}")
+    model.load_state_dict(tensors)
 
 
 def logits(model: torch.nn.Module, tokens: torch.Tensor) -> torch.Tensor:
