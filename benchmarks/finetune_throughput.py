@@ -144,10 +144,11 @@ def packed_windows(data: Path, seq_len: int) -> tuple[list[list[int]], list[list
     dropped): the tokens and loss masks of each window."""
     import numpy as np
 
-    from shipyard.data.sft import MASK_DIR
-    from shipyard.loader import TokenDataset
+    from shipyard.loader import TokenDataset, open_loss_mask
 
-    tokens, masks = TokenDataset(data), TokenDataset(data / MASK_DIR)
+    tokens = TokenDataset(data)
+    masks = open_loss_mask(tokens)
+    assert masks is not None
     stream = np.concatenate([tokens.document(i) for i in range(tokens.num_docs)])
     mask = np.concatenate([masks.document(i) for i in range(masks.num_docs)])
     width = seq_len + 1

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from shipyard.data import sft
 from shipyard.errors import InvalidInput
 from shipyard.evals.tasks import get_task
-from shipyard.loader import TokenDataset
+from shipyard.loader import TokenDataset, open_loss_mask
 from shipyard.workspace import Workspace
 
 Cli = Callable[..., subprocess.CompletedProcess[str]]
@@ -39,7 +39,10 @@ def write_jsonl(path: Path, rows: list[object]) -> Path:
 
 
 def read(directory: Path) -> tuple[TokenDataset, TokenDataset]:
-    return TokenDataset(directory), TokenDataset(directory / sft.MASK_DIR)
+    tokens = TokenDataset(directory)
+    masks = open_loss_mask(tokens)  # the loader's own reader accepts it
+    assert masks is not None
+    return tokens, masks
 
 
 def inputs_of(ws: Workspace, artifact_id: str) -> tuple[str, ...]:

@@ -24,11 +24,10 @@ from typing import Any
 from shipyard.catalog import ArtifactRecord
 from shipyard.catalog.base import check_alias_name
 from shipyard.errors import InvalidInput
-from shipyard.loader import TokenDatasetWriter
+from shipyard.loader import LOSS_MASK_DIR, TokenDatasetWriter
 from shipyard.workspace import Workspace, shipyard_home
 
 SFT_FORMAT = "shipyard-sft/1"
-MASK_DIR = "loss_mask"
 ROLES = ("system", "user", "assistant")
 # reasoning-gym item seeds for SFT data: eval tasks use small ones (42 + item number)
 SEED_OFFSET = 1 << 40
@@ -223,7 +222,7 @@ def write(dest: Path, encoded: Encoded, vocab_size: int, meta: dict[str, Any]) -
         raise InvalidInput(f"no examples fit: all {encoded.dropped} are longer than max_len")
     with (
         TokenDatasetWriter(dest, vocab_size) as tokens,
-        TokenDatasetWriter(dest / MASK_DIR, 2) as masks,
+        TokenDatasetWriter(dest / LOSS_MASK_DIR, 2) as masks,
     ):
         for ids, mask in zip(encoded.tokens, encoded.masks, strict=True):
             tokens.add(ids)
