@@ -1,4 +1,6 @@
-"""A fine-tune that could not run is refused at submission, by name, before anything starts."""
+"""A fine-tune that could not run is refused at submission, by name, before anything starts.
+
+`shipyard train run` prints such a refusal as one line and exits 2 (test_controller_cli.py)."""
 
 import json
 import shutil
@@ -11,8 +13,6 @@ import pytest
 from shipyard.errors import InvalidInput
 from shipyard.loader import TokenDatasetWriter
 from shipyard.train import TrainConfig, create_run
-
-from ..conftest import run_cli
 
 
 def hf_config(data: Path, source: str, targets: tuple[str, ...] = ("q_proj",)) -> TrainConfig:
@@ -40,6 +40,7 @@ def refused(cfg: TrainConfig, home: Path) -> str:
         create_run(cfg, 2)
     after = sorted((home / "train").glob("*")) if (home / "train").is_dir() else []
     assert after == before
+    assert caught.value.exit_code == 2  # the CLI's exit code for bad input
     return str(caught.value)
 
 
@@ -97,14 +98,3 @@ def test_data_with_a_larger_vocabulary_than_the_model_is_refused(
     message = refused(hf_config(data, str(model)), home)
     assert f"dataset {data} has vocab_size 60000, more than model" in message
     assert "vocab_size (49152)" in message
-
-
-def test_the_cli_exits_2_with_one_line(home: Path, token_data: Path, tmp_path: Path) -> None:
-    config = tmp_path / "run.toml"
-    config.write_text(
-        f'[data]\npath = "{token_data}"\n[model]\nkind = "hf"\nsource = "{tmp_path / "gone"}"\n'
-    )
-    result = run_cli("train", "run", str(config), "--nprocs", "2")
-    assert result.returncode == 2
-    assert "is neither a model directory nor a model artifact" in result.stderr
-    assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
