@@ -4,7 +4,9 @@ One run (module-scoped: it is the expensive part) is checked for its summary, it
 answer's lineage back to the crawl, and for leaving no process of its own behind.
 """
 
+import importlib.util
 import os
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +16,9 @@ from tests.conftest import run_cli
 
 from shipyard.workspace import Workspace
 
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+# The whole loop in processes of its own: about a minute idle, several on a loaded machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 PHASES = (
     "crawl → tokens",
     "base model",
@@ -32,7 +37,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.Com
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SHIPYARD_")}
     os.environ.update(SHIPYARD_HOME=str(home), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
     try:
-        return home, run_cli("demo", "--quick", timeout=600)
+        return home, run_cli("demo", "--quick", timeout=1400)
     finally:
         del os.environ["SHIPYARD_HOME"]
         os.environ.update(saved)
@@ -97,3 +102,28 @@ def test_no_process_of_the_demo_is_left(
     while _left_behind(home) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert _left_behind(home) == []
+
+
+def test_the_lifecycle_benchmark_measures_the_demo_s_loop(
+    demo: tuple[Path, subprocess.CompletedProcess[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, result = demo
+    assert result.returncode == 0, result.stderr[-3000:]
+    spec = importlib.util.spec_from_file_location("lifecycle", BENCHMARKS / "lifecycle.py")
+    assert spec is not None and spec.loader is not None
+    lifecycle = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(lifecycle)
+    run_id = re.search(r"^train +(run-[0-9a-f]+):", result.stdout, re.M)
+    assert run_id is not None
+    monkeypatch.setenv("SHIPYARD_HOME", str(home))
+    figures = lifecycle.measure(home, run_id.group(1))
+    rows = figures["checkpoints"]
+    assert rows, figures
+    for row in rows:
+        parts = sum(row[k] for k in lifecycle.CHECKPOINT_PHASES[:-1])
+        assert row["commit_to_result"] == pytest.approx(parts)
+        assert all(row[k] >= 0 for k in lifecycle.CHECKPOINT_PHASES)
+    promotion = figures["promotion"]
+    assert promotion["version"] in result.stdout.split("answered by ")[-1]
+    assert promotion["gate_to_handed"] >= 0 and promotion["canary_began_to_promoted"] >= 0
+    assert any("p50 ratio" in line for line in lifecycle.report(figures, None))

@@ -17,14 +17,14 @@ import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
-from shipyard.data.demo import crawl_to_tokens
+from shipyard.data.demo import crawl_sft, crawl_to_tokens
 from shipyard.distribute.local import pull_to_local_peers
 from shipyard.errors import ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.lifecycle_demo import models
 from shipyard.lifecycle_demo.clock import PhaseClock
 from shipyard.train.config import TrainConfig
-from shipyard.train.demo import demo_config, train_demo
+from shipyard.train.demo import demo_config, finetune_config, train_demo
 from shipyard.workspace import Workspace
 
 DEMO_ALIAS = "demo-model"  # the model the demo's deployment serves
@@ -86,13 +86,19 @@ def run_demo(seed: int, quick: bool = False) -> None:
                 router, ctrl = serving.enter_context(deployment(home, DEPLOYMENT, DEMO_ALIAS))
                 done.append(f"{DEPLOYMENT}: {ctrl.count()} replica of {ctrl.current} at {router}")
             task = demo_task(home)
+            if quick:
+                cfg = hooked(pretrain, task)  # its final model: demo-trained
+            else:
+                with clock.phase("SFT data") as done:
+                    sft = crawl_sft(ws, base)
+                    done.append(f"dataset {sft[:16]} (demo-sft) from the crawl's text")
+                cfg = hooked(finetune_config(base, sft, seed), task)
             with clock.phase("train → evals → gate") as done:
-                if quick:
-                    cfg = hooked(pretrain, task)  # its final model: demo-trained
-                else:
-                    raise ShipyardError("the fine-tune phase is not wired yet")
                 outcome = train_and_roll_out(cfg, 2, print)
-                done.append(f"{outcome.run_id}, rank 1 killed; " + " | ".join(outcome.checkpoints))
+                evaluated = f"{len(outcome.checkpoints)} checkpoints evaluated"
+                done.append(
+                    f"{outcome.run_id}, rank 1 killed, {evaluated}, {outcome.passed} passed"
+                )
             with clock.phase("canary") as done:
                 if not outcome.rolled_out:
                     raise ShipyardError(f"nothing was rolled out: {outcome.rollout}")

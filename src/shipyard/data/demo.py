@@ -6,11 +6,14 @@ Runs when `data/crawl/warcfile.warc.gz` (vendored in the project checkout, or th
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import shipyard
 from shipyard.workspace import Workspace, shipyard_home
 
+# the excerpt is 16 mostly non-English pages: select on dedup and contamination only
+DEMO_SELECT = "keep_exact AND keep_minhash AND NOT contaminated"
 DEFAULT_CRAWL = Path(shipyard.__file__).resolve().parents[2] / "data" / "crawl" / "warcfile.warc.gz"
 
 
@@ -29,9 +32,18 @@ def crawl_to_tokens(ws: Workspace) -> list[str]:
     config = PipelineConfig(
         "demo",
         (str(crawl.resolve()),),
-        # the excerpt is 16 mostly non-English pages: select on dedup and contamination only
-        select=SelectConfig(where="keep_exact AND keep_minhash AND NOT contaminated"),
+        select=SelectConfig(where=DEMO_SELECT),
         tokenize=TokenizeConfig(vocab_size=2000, shard_tokens=1 << 16),
     )
     result = run_pipeline(config, ws, shipyard_home(), print)
     return [result.tokens_id] if result.tokens_id else []
+
+
+def crawl_sft(ws: Workspace, model: str, say: Callable[[str], None] = print) -> str:
+    """SFT data from the crawl's selected text (a document's opening as the prompt, its
+    continuation as the response) in `model`'s chat format, stored as `demo-sft`; its id."""
+    from shipyard.data.sft import TableSource, build
+
+    built = build(ws, model, TableSource("demo-annotated", DEMO_SELECT, None), "demo-sft", say=say)
+    assert built.artifact is not None  # stored under an alias, never only written to a directory
+    return built.artifact.id

@@ -46,6 +46,7 @@ def demo_task(home: Path, count: int = 24) -> str:
 class Outcome:
     run_id: str
     checkpoints: list[str]  # one line per checkpoint: its evals and its gate decision
+    passed: int  # checkpoints that passed their gate
     rolled_out: str  # the model artifact promoted on the deployment ("" when none was)
     rollout: str  # how the rollout ended, in words
 
@@ -73,17 +74,21 @@ def train_and_roll_out(cfg: TrainConfig, nprocs: int, say: Callable[[str], None]
     if state != "succeeded":
         raise ShipyardError(f"demo training run {run_id} {state}: {info['reason']}")
     say(f"train     succeeded after {info['failures']} failure(s), goodput {info['goodput']:.0%}")
-    lines = [_checkpoint_line(row) for row in view.get("checkpoints", [])]
+    rows = view.get("checkpoints", [])
+    lines = [_checkpoint_line(row) for row in rows]
+    passed = sum(1 for row in rows if (row.get("gate") or {}).get("passed"))
     for line in lines:
         say(f"evals     {line}")
     rollouts = [r for r in view.get("rollouts", []) if r.get("command")]
     if not rollouts:
         errors = [str(r["error"]) for r in view.get("rollouts", []) if r.get("error")]
-        return Outcome(run_id, lines, "", "; ".join(errors) or "no checkpoint passed its gate")
+        return Outcome(
+            run_id, lines, passed, "", "; ".join(errors) or "no checkpoint passed its gate"
+        )
     last = rollouts[-1]
     result = _wait_rollout(str(last["deployment"]), str(last["command"]), say)
     promoted = str(last["model"]) if result.get("state") == "done" else ""
-    return Outcome(run_id, lines, promoted, str(result.get("message", "")))
+    return Outcome(run_id, lines, passed, promoted, str(result.get("message", "")))
 
 
 def _checkpoint_line(row: dict[str, Any]) -> str:

@@ -20,6 +20,7 @@ from shipyard.train.state import RunTable
 from shipyard.workspace import Workspace
 
 DEMO_TRAINED = "demo-trained"
+DEMO_TUNED = "demo-tuned"
 _SYNTHETIC_VOCAB = 256
 
 
@@ -45,7 +46,25 @@ def demo_config(ws: Workspace, token_ids: list[str], seed: int = 0) -> TrainConf
             "model": {"vocab_size": vocab, "d_model": 64, "n_layers": 2, "n_heads": 2},
             "train": {"steps": 30, "checkpoint_every": 10, "seed": seed},
             "chaos": {"faults": [{"kind": "kill", "rank": 1, "step": 15}]},
+            "controller": {"spares": 1},  # one set of warm ranks takes over after the kill
             "alias": DEMO_TRAINED,
+        }
+    )
+
+
+def finetune_config(base: str, sft: str, seed: int = 0) -> TrainConfig:
+    """A short LoRA fine-tune of the HF model `base` on the SFT dataset `sft`: 2 ranks, 12
+    steps, a checkpoint every 6, rank 1 killed at step 8."""
+    return TrainConfig.from_dict(
+        {
+            "data": {"artifact": sft, "global_batch": 4, "seed": seed},
+            "model": {"kind": "hf", "source": base, "seq_len": 256},
+            "lora": {"rank": 8, "alpha": 16.0, "targets": ["q_proj", "v_proj"]},
+            "optim": {"lr": 1e-3},
+            "train": {"steps": 12, "checkpoint_every": 6, "seed": seed},
+            "chaos": {"faults": [{"kind": "kill", "rank": 1, "step": 8}]},
+            "controller": {"spares": 1},
+            "alias": DEMO_TUNED,
         }
     )
 

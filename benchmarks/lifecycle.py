@@ -1,0 +1,221 @@
+"""Lifecycle latency: from a checkpoint's commit to its fast-tier eval result, and from a
+passing eval to the promoted deployment answering, phase by phase.
+
+The loop is `shipyard demo --quick`'s, on a fresh `$SHIPYARD_HOME`: the small GPT, untrained,
+is deployed behind the router; its pre-training run (on the vendored crawl's tokens, no fault)
+commits a checkpoint every 10 steps; the run's lifecycle agent publishes, imports and enqueues
+each one's fast eval (a 24-item multiple-choice task) on the work queue, works it with an eval
+worker, gates it against the deployed model and rolls the newest that passed out by canary. A
+thread asks the router every 0.25 s which version answers.
+
+Per checkpoint: commit (the checkpoint manifest's write) → published → enqueued (imported as a
+model, items queued) → first item claimed (the eval worker up) → last item scored; p50 and max
+over the checkpoints. The ratio printed beside it is the whole latency over the eval's own work
+(first claim to last score): what the loop costs around the evaluation itself. Then for the
+rolled-out checkpoint: its gate decision → rollout handed to the deployment → canary begun
+(candidate replica up) → promoted → first answer by the new version through the router.
+
+    .venv/bin/python benchmarks/lifecycle.py [--checkpoints 4]
+
+`measure(home)` reads the same figures from any home the loop ran on (the demo's test uses it).
+"""
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+CHECKPOINT_PHASES = (
+    "commit_to_published",
+    "published_to_enqueued",
+    "enqueued_to_claimed",
+    "eval_work",
+    "commit_to_result",
+)
+
+
+def _queue_times(db: Any, model: str) -> tuple[float, float] | None:
+    """(first claim, last finish) of the model's eval queue items; None while unfinished."""
+    from shipyard.evals.runner import queue_name
+
+    rows = db.rows(
+        "SELECT MIN(a.claimed_at), MAX(i.finished_at), SUM(CASE WHEN i.finished_at IS NULL "
+        "THEN 1 ELSE 0 END) FROM queue_items i JOIN queue_attempts a ON a.item_id = i.id "
+        "WHERE i.queue = ?",
+        (queue_name(model),),
+    )
+    claimed, finished, open_items = rows[0]
+    if claimed is None or finished is None or open_items:
+        return None
+    return float(claimed), float(finished)
+
+
+def measure(home: Path, run_id: str) -> dict[str, Any]:
+    """Per-checkpoint eval latencies and the promotion's phases of run `run_id` under `home`."""
+    from shipyard.train.state import RunTable
+
+    table = RunTable()
+    try:
+        run = table.get(run_id)
+        events: dict[str, list[dict[str, Any]]] = {}
+        for event in table.events(run_id):
+            events.setdefault(event.kind, []).append({**event.detail, "at": event.at})
+        checkpoints = []
+        for enq in sorted(events.get("evals-enqueued", []), key=lambda d: int(d["step"])):
+            step = int(enq["step"])
+            manifest = Path(run.run_dir, "checkpoints", f"step-{step:010d}", "manifest.json")
+            published = [e for e in events.get("checkpoint-published", []) if e["step"] == step]
+            times = _queue_times(table.db, str(enq["model"]))
+            if not (manifest.exists() and published and times):
+                continue
+            committed = manifest.stat().st_mtime
+            checkpoints.append(
+                {
+                    "step": step,
+                    "commit_to_published": published[0]["at"] - committed,
+                    "published_to_enqueued": enq["at"] - published[0]["at"],
+                    "enqueued_to_claimed": times[0] - enq["at"],
+                    "eval_work": times[1] - times[0],
+                    "commit_to_result": times[1] - committed,
+                }
+            )
+    finally:
+        table.close()
+    return {"checkpoints": checkpoints, "promotion": _promotion(home, events)}
+
+
+def _promotion(home: Path, events: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    rolled = [e for e in events.get("rollout", []) if e.get("command")]
+    if not rolled:
+        return {}
+    rollout = rolled[-1]
+    gate = next(g for g in events["gate"] if g["step"] == rollout["step"])
+    log = home / "serve" / "deployments" / f"{rollout['deployment']}.decisions.jsonl"
+    decisions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
+    canary = [d for d in decisions if d.get("kind") == "canary" and d.get("to") == rollout["model"]]
+    began = next(d["time"] for d in canary if d["action"] == "begin")
+    promoted = next(d["time"] for d in canary if d["action"] == "promote")
+    return {
+        "gate_to_handed": rollout["at"] - gate["at"],
+        "handed_to_canary_began": began - rollout["at"],
+        "canary_began_to_promoted": promoted - began,
+        "promoted_at": promoted,
+        "gate_at": gate["at"],
+        "version": str(rollout["model"])[:12],
+    }
+
+
+class Watcher:
+    """Asks the router which version answers, every 0.25 s, and keeps when each first did."""
+
+    def __init__(self, router: str, model: str) -> None:
+        self.first: dict[str, float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(router, model), daemon=True)
+        self.thread.start()
+
+    def _run(self, router: str, model: str) -> None:
+        body = {"model": model, "prompt": "The", "max_tokens": 1, "temperature": 0}
+        while not self.stop.wait(0.25):
+            try:
+                reply = httpx.post(f"{router}/v1/completions", json=body, timeout=30)
+            except httpx.HTTPError:
+                continue
+            version = reply.headers.get("x-shipyard-version", "")
+            if reply.status_code == 200 and version:
+                self.first.setdefault(version, time.time())
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def run_loop(home: Path, checkpoints: int) -> tuple[str, dict[str, float]]:
+    """The loop on `home`; the run id and when each version first answered."""
+    import dataclasses
+
+    from shipyard.cli.demo_job import DEMO_ALIAS, DEPLOYMENT, hooked
+    from shipyard.data.demo import crawl_to_tokens
+    from shipyard.lifecycle_demo import models
+    from shipyard.lifecycle_demo.loop import demo_task, train_and_roll_out
+    from shipyard.lifecycle_demo.serving import deployment
+    from shipyard.train.demo import demo_config
+    from shipyard.workspace import Workspace
+
+    ws = Workspace.open()
+    quiet = lambda line: None  # noqa: E731
+    with tempfile.TemporaryDirectory(prefix="shipyard-bench-") as tmp:
+        tokens = crawl_to_tokens(ws)
+        cfg = demo_config(ws, tokens)
+        steps = 10 * checkpoints
+        schedule = dataclasses.replace(
+            cfg.train, steps=steps, checkpoint_every=10, keep_checkpoints=checkpoints + 1
+        )
+        cfg = dataclasses.replace(
+            cfg, train=schedule, chaos=dataclasses.replace(cfg.chaos, faults=())
+        )
+        base = models.untrained_gpt(ws, cfg.model, "demo-tokenizer", 0, Path(tmp))
+        ws.move_alias(DEMO_ALIAS, base, expect=None)
+        with deployment(home, DEPLOYMENT, DEMO_ALIAS) as (router, _):
+            watcher = Watcher(router, DEPLOYMENT)
+            try:
+                outcome = train_and_roll_out(hooked(cfg, demo_task(home)), 2, quiet)
+                deadline = time.monotonic() + 120
+                while outcome.rolled_out[:12] not in watcher.first and time.monotonic() < deadline:
+                    time.sleep(0.1)
+            finally:
+                watcher.close()
+    ws.close()
+    return outcome.run_id, watcher.first
+
+
+def report(figures: dict[str, Any], answered: float | None) -> list[str]:
+    rows = figures["checkpoints"]
+    lines = [f"checkpoints evaluated: {len(rows)}"]
+    for key in CHECKPOINT_PHASES:
+        values = [r[key] for r in rows]
+        lines.append(
+            f"  {key:24} p50 {statistics.median(values):7.2f} s   max {max(values):7.2f} s"
+        )
+    ratio = statistics.median(r["commit_to_result"] / r["eval_work"] for r in rows)
+    lines.append(f"  commit→result over the eval's own work: p50 ratio {ratio:.1f}x")
+    promotion = figures["promotion"]
+    if promotion:
+        lines.append("passing eval → promoted deployment answering:")
+        for key in ("gate_to_handed", "handed_to_canary_began", "canary_began_to_promoted"):
+            lines.append(f"  {key:24} {promotion[key]:7.2f} s")
+        if answered is not None:
+            lines.append(
+                f"  {'promoted_to_answering':24} {answered - promotion['promoted_at']:7.2f} s"
+            )
+            lines.append(f"  {'total':24} {answered - promotion['gate_at']:7.2f} s")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoints", type=int, default=4, help="checkpoints evaluated")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="shipyard-lifecycle-") as tmp:
+        home = Path(tmp) / "home"
+        os.environ.update(SHIPYARD_HOME=str(home), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        for key in ("SHIPYARD_STORE", "SHIPYARD_CATALOG"):
+            os.environ.pop(key, None)
+        run_id, first = run_loop(home, args.checkpoints)
+        figures = measure(home, run_id)
+        answered = first.get(figures["promotion"].get("version", ""))
+        for line in report(figures, answered):
+            print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
