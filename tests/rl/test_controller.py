@@ -99,6 +99,16 @@ def test_grpo_on_engine_rollouts_raises_the_reward(shipyard_home: Path) -> None:
     assert max(c.counters.staleness) == 0
 
 
+def test_an_evaluation_is_stamped_with_the_run_time_before_it(shipyard_home: Path) -> None:
+    """Held-out evaluations are left out of the run's clock, their own point on the curve too."""
+    c = Controller(tiny())
+    c.started = time.monotonic()
+    c._evaluate()
+    c._evaluate()
+    (_, first, _), (_, second, _) = c.accuracy
+    assert first <= second <= c.elapsed()
+
+
 def test_the_trainer_resumes_with_the_buffers_versions_intact(shipyard_home: Path) -> None:
     saved: dict[str, Any] = {}
 

@@ -272,6 +272,7 @@ class Controller:
 
     def _evaluate(self) -> None:
         start = time.monotonic()
+        at = start - self.started - self.eval_s  # the run's time when the evaluation began
         accuracy = heldout_accuracy(self.model, self.cfg)
-        self.accuracy.append((self.version, self.elapsed(), accuracy))
+        self.accuracy.append((self.version, at, accuracy))
         self.eval_s += time.monotonic() - start
