@@ -1,6 +1,8 @@
 """The engine in process: the one loader, log-likelihoods, and generation through LocalEngine."""
 
 import json
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +13,7 @@ from tests.serve.conftest import TinyModel, reference_greedy
 
 from shipyard.errors import InvalidInput
 from shipyard.serve.engine import (
+    Completion,
     EngineConfig,
     Loaded,
     LocalEngine,
@@ -39,6 +42,7 @@ PAIRS = [
     ("", "hello"),
     ("trailing space ", "moves"),
     ("x", " a longer continuation of several tokens"),
+    ("Short", " this continuation runs past one prefill chunk of eight tokens, so it runs alone"),
 ]
 
 
@@ -71,6 +75,22 @@ def test_loglikelihoods_equal_a_full_forward_pass_and_share_the_context(
     ids = engine.encode_pair(*PAIRS[0])
     (by_ids,) = engine.loglikelihoods([ids])
     assert by_ids.logprob == pytest.approx(scores[0].logprob, abs=1e-4)
+
+
+def test_scores_are_the_same_while_generations_run(engine: LocalEngine) -> None:
+    quiet = engine.loglikelihoods(PAIRS)
+    busy: list[Completion] = []
+    thread = threading.Thread(
+        target=lambda: busy.extend(engine.generate(["Tell a long story"] * 3, max_tokens=40))
+    )
+    thread.start()
+    while engine.engine.running == 0 and thread.is_alive():
+        time.sleep(0.01)
+    during = engine.loglikelihoods(PAIRS)
+    thread.join(timeout=120)
+    assert len(busy) == 3 and all(c.finish_reason == "length" for c in busy)
+    for a, b in zip(quiet, during, strict=True):
+        assert a.logprob == pytest.approx(b.logprob, abs=1e-4) and a.greedy == b.greedy
 
 
 def test_pairs_are_encoded_as_the_harness_encodes_them(engine: LocalEngine) -> None:

@@ -25,6 +25,7 @@ from transformers import DynamicCache
 from shipyard.errors import InvalidInput
 from shipyard.serve.engine.adapters import AdapterSet
 from shipyard.serve.engine.kv import (
+    Layers,
     cache_of,
     cache_of_blocks,
     keep_rows,
@@ -59,6 +60,16 @@ class EngineConfig:
     block_size: int = 16
     max_queue: int = 256
     prefill_chunk: int = 256  # prompt tokens per forward; decode steps run between chunks
+    score_batch: int = 16  # scoring requests answered together (their continuations batched)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """The last scored context: its KV and the logits that predict what follows it."""
+
+    key: tuple[str, tuple[int, ...]]  # (adapter namespace, token ids)
+    layers: Layers
+    logits: torch.Tensor  # [1, vocab]
 
 
 @dataclass(eq=False)
@@ -98,6 +109,7 @@ class Engine:
         self._rows: list[_Row] = []
         self._cache: DynamicCache | None = None  # the running batch's, left-padded
         self._mask: torch.Tensor | None = None
+        self._context: _Context | None = None  # engine thread only
         self._wake = threading.Condition()
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="engine", daemon=True)
@@ -180,6 +192,7 @@ class Engine:
         self.metrics.prefix_hit_ratio.set(self.prefix_hit_rate())
 
     def _admit(self) -> None:
+        scores: list[ScoreRequest] = []  # consecutive scoring requests of one adapter
         while True:
             busy = self._busy_adapters()
             request = self.queues.pop_fitting(
@@ -188,6 +201,16 @@ class Engine:
                 partial(self._can_start, busy=busy),
                 self._batch_cost,
             )
+            joins = (
+                isinstance(request, ScoreRequest)
+                and len(scores) < self.config.score_batch
+                and (not scores or request.adapter == scores[0].adapter)
+            )
+            if scores and not joins:
+                self._score_group(scores)
+                scores = []
+                if request is None:
+                    continue  # their reservations are free again: look again for room
             if request is None:
                 if not self._preempt_for_waiting():
                     return
@@ -201,7 +224,7 @@ class Engine:
                         continue
                     self.adapters.ensure(request.adapter, busy)
                 if isinstance(request, ScoreRequest):
-                    self._score(request)
+                    scores.append(request)
                 else:
                     self._prefill(request)
             except Exception as exc:
@@ -254,26 +277,39 @@ class Engine:
             input_ids=ids, cache=cache, use_cache=True, **kw, **self.adapters.kwargs(adapters)
         )
 
+    def _run(
+        self, ids: list[int], start: int, cache: DynamicCache, adapter: str | None, keep: int
+    ) -> torch.Tensor:
+        """Feed `ids` (at positions from `start`) into `cache` alone, in chunks, with a decode
+        step of the running batch between chunks; the logits of the last `keep` of them."""
+        chunk, end, picked = self.config.prefill_chunk, start + len(ids), []
+        for at in range(start, end, chunk):
+            stop = min(at + chunk, end)
+            wanted = stop - max(at, end - keep)  # only these go through the output layer
+            piece = torch.tensor([ids[at - start : stop - start]], dtype=torch.long)
+            positions = torch.arange(at, stop, dtype=torch.long).unsqueeze(0)
+            out = self._forward(
+                piece, cache, [adapter], position_ids=positions, logits_to_keep=max(1, wanted)
+            )
+            if wanted > 0:
+                picked.append(out.logits[0, -wanted:])
+            if stop < end and self._rows:
+                self._step()  # a long prompt does not stall the running batch for its whole prefill
+        return torch.cat(picked)
+
     def _prefill(self, request: GenRequest) -> None:
         ids = request.prompt_ids
         namespace = request.adapter or ""
         hit = self.prefix.lookup(namespace, ids)
         todo = len(ids) - hit.tokens
         cache = cache_of_blocks(hit.blocks, todo) if hit.blocks else DynamicCache()
-        chunk = self.config.prefill_chunk
-        for start in range(hit.tokens, len(ids), chunk):
-            end = min(start + chunk, len(ids))
-            piece = torch.tensor([ids[start:end]], dtype=torch.long)
-            positions = torch.arange(start, end, dtype=torch.long).unsqueeze(0)
-            out = self._forward(piece, cache, [request.adapter], position_ids=positions)
-            if end < len(ids) and self._rows:
-                self._step()  # a long prompt does not stall the running batch for its whole prefill
-        layers = layers_of(out.cache)
+        logits = self._run(ids[hit.tokens :], hit.tokens, cache, request.adapter, keep=1)
+        layers = layers_of(cache)
         self.prefix.insert(namespace, ids, layers)
         self._count_prompt(len(ids), hit.tokens)
         gen = generator_for(request.sampling)
         row = _Row(request, len(ids), -1, 0, hit.tokens, gen, time.monotonic())
-        if self._emit(row, pick(out.logits[0, -1], request.sampling, gen)):
+        if self._emit(row, pick(logits[-1], request.sampling, gen)):
             self.queues.release(request)
             return
         self._rows.append(row)
@@ -281,37 +317,95 @@ class Engine:
         merged, self._mask = stack_rows(batch, self._mask, layers, len(ids))
         self._cache = cache_of(merged)
 
-    def _score(self, request: ScoreRequest) -> None:
-        """Sum the continuation's logprobs: one pass over what the prefix cache lacks, in chunks,
-        keeping only the logits of positions that predict a continuation token."""
-        context, continuation = request.context_ids, request.continuation_ids
-        ids = context + continuation
-        namespace = request.adapter or ""
+    def _score_group(self, requests: list[ScoreRequest]) -> None:
+        """Answer `requests` (admitted, one adapter); a failure fails them all (each alone
+        again is its caller's choice)."""
+        try:
+            scores = self._score(requests)
+        except Exception as exc:
+            log.exception("scoring %d requests failed", len(requests))
+            scores = [Failed(500, f"scoring failed: {type(exc).__name__}")] * len(requests)
+        for request, score in zip(requests, scores, strict=True):
+            self.queues.release(request)
+            request.events.put(score)
+            outcome = "ok" if isinstance(score, LogLikelihood) else "error"
+            self.metrics.requests.labels(request.tier, outcome).inc()
+
+    def _score(self, requests: list[ScoreRequest]) -> list[LogLikelihood | Failed]:
+        """Each request's summed continuation logprob. A context runs once however many
+        requests share it (the last one scored is kept, so a multiple-choice item's choices
+        share it whatever its length; otherwise the prefix cache serves its whole blocks), then
+        the continuations run together as one right-padded batch over their contexts' KV (left-
+        padded). Only positions that predict a continuation token go through the output layer."""
+        contexts: dict[tuple[str, tuple[int, ...]], _Context] = {}
+        if self._context is not None:
+            contexts[self._context.key] = self._context
+        for r in requests:
+            key = (r.adapter or "", tuple(r.context_ids))
+            if key in contexts:
+                self._count_prompt(len(r.context_ids), len(r.context_ids))
+            else:
+                contexts[key] = self._run_context(key[0], r.context_ids, r.adapter)
+            self._context = contexts[key]
+        rest: dict[int, torch.Tensor] = {}
+        longer = [r for r in requests if len(r.continuation_ids) > 1]
+        width = self.config.prefill_chunk
+        for r in [r for r in longer if len(r.continuation_ids) > width + 1]:  # alone, in chunks
+            memo = contexts[(r.adapter or "", tuple(r.context_ids))]
+            ids = r.continuation_ids[:-1]
+            cache = cache_of(memo.layers, len(ids))
+            rest[r.id] = self._run(ids, len(r.context_ids), cache, r.adapter, keep=len(ids))
+        together = [r for r in longer if r.id not in rest]
+        if together:
+            rest |= self._continue(together, contexts)
+        out: list[LogLikelihood | Failed] = []
+        for r in requests:
+            memo = contexts[(r.adapter or "", tuple(r.context_ids))]
+            rows = [memo.logits, rest[r.id]] if r.id in rest else [memo.logits]
+            logprobs = torch.cat(rows).float().log_softmax(-1)
+            target = torch.tensor(r.continuation_ids, dtype=torch.long)
+            total = float(logprobs.gather(1, target[:, None]).sum())
+            out.append(LogLikelihood(total, bool((logprobs.argmax(-1) == target).all())))
+        return out
+
+    def _continue(
+        self, requests: list[ScoreRequest], contexts: dict[tuple[str, tuple[int, ...]], _Context]
+    ) -> dict[int, torch.Tensor]:
+        """One forward of every request's continuation (but its last token) after its context:
+        the logits of each real position, by request id."""
+        layers: Layers | None = None
+        mask: torch.Tensor | None = None
+        for r in requests:
+            memo = contexts[(r.adapter or "", tuple(r.context_ids))]
+            layers, mask = stack_rows(layers, mask, memo.layers, len(r.context_ids))
+        assert layers is not None and mask is not None
+        width = max(len(r.continuation_ids) for r in requests) - 1
+        ids = torch.zeros((len(requests), width), dtype=torch.long)
+        real = torch.zeros((len(requests), width), dtype=torch.long)
+        for n, r in enumerate(requests):
+            tokens = r.continuation_ids[:-1]
+            ids[n, : len(tokens)] = torch.tensor(tokens, dtype=torch.long)
+            real[n, : len(tokens)] = 1  # padding sits after every real token: it changes none
+        starts = torch.tensor([[len(r.context_ids)] for r in requests], dtype=torch.long)
+        out = self._forward(
+            ids,
+            cache_of(layers, width),
+            [r.adapter for r in requests],
+            attention_mask=torch.cat([mask, real], dim=1),
+            position_ids=starts + torch.arange(width, dtype=torch.long)[None, :],
+            logits_to_keep=width,
+        )
+        return {r.id: out.logits[n, : len(r.continuation_ids) - 1] for n, r in enumerate(requests)}
+
+    def _run_context(self, namespace: str, context: list[int], adapter: str | None) -> "_Context":
         hit = self.prefix.lookup(namespace, context)  # leaves the context's last token to run
-        inputs, first = len(ids) - 1, len(context) - 1  # `first` predicts continuation[0]
-        cache = cache_of_blocks(hit.blocks, inputs - hit.tokens) if hit.blocks else DynamicCache()
-        chunk, picked = self.config.prefill_chunk, []
-        for start in range(hit.tokens, inputs, chunk):
-            end = min(start + chunk, inputs)
-            keep = end - max(start, first)
-            piece = torch.tensor([ids[start:end]], dtype=torch.long)
-            positions = torch.arange(start, end, dtype=torch.long).unsqueeze(0)
-            out = self._forward(
-                piece, cache, [request.adapter], position_ids=positions, logits_to_keep=max(1, keep)
-            )
-            if keep > 0:
-                picked.append(out.logits[0, -keep:])
-            if end < inputs and self._rows:
-                self._step()
-        self.prefix.insert(namespace, context, layers_of(out.cache))
-        self._count_prompt(inputs, hit.tokens)
-        logprobs = torch.cat(picked).float().log_softmax(-1)
-        target = torch.tensor(continuation, dtype=torch.long)
-        total = float(logprobs.gather(1, target[:, None]).sum())
-        greedy = bool((logprobs.argmax(-1) == target).all())
-        self.queues.release(request)
-        request.events.put(LogLikelihood(total, greedy))
-        self.metrics.requests.labels(request.tier, "ok").inc()
+        todo = len(context) - hit.tokens
+        cache = cache_of_blocks(hit.blocks, todo) if hit.blocks else DynamicCache()
+        logits = self._run(context[hit.tokens :], hit.tokens, cache, adapter, keep=1)
+        layers = layers_of(cache)
+        self.prefix.insert(namespace, context, layers)
+        self._count_prompt(len(context), hit.tokens)
+        return _Context((namespace, tuple(context)), layers, logits)
 
     def _count_prompt(self, total: int, cached: int) -> None:
         self.prompt_tokens += total
