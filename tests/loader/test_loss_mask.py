@@ -14,6 +14,7 @@ from shipyard.loader import (
     Source,
     TokenDatasetWriter,
 )
+from shipyard.loader.torch_data import make_dataloader
 
 
 def write_masked(directory: Path, seed: int, docs: int, cut: int = 0) -> Path:
@@ -78,3 +79,12 @@ def test_a_mask_of_another_vocabulary_is_refused(tmp_path: Path) -> None:
     spec = LoaderSpec(sources=(Source("sft", str(data)),), seq_len=8, global_batch=2)
     with pytest.raises(InvalidInput, match="loss_mask: vocab_size is 3, expected 2"):
         Sampler(spec)
+
+
+def test_the_torch_adapter_carries_the_mask(tmp_path: Path) -> None:
+    masked = write_masked(tmp_path / "sft", seed=3, docs=50)
+    spec = LoaderSpec(sources=(Source("sft", str(masked)),), seq_len=16, global_batch=4)
+    (item,) = list(make_dataloader(spec, start_step=2, stop_step=3, num_workers=0))
+    want = Sampler(spec).batch(2)
+    assert want.loss_mask is not None
+    np.testing.assert_array_equal(item["loss_mask"].numpy(), want.loss_mask)

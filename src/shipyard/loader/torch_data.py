@@ -42,7 +42,7 @@ class TokenBatches(IterableDataset[dict[str, Any]]):
         step = self.start_step + worker
         while self.stop_step is None or step < self.stop_step:
             batch = sampler.batch(step, self.rank, self.world_size)
-            yield {
+            item = {
                 "step": step,
                 "tokens": torch.from_numpy(batch.tokens),
                 # Small per-sample facts travel as lists: one shared-memory tensor per item.
@@ -50,6 +50,9 @@ class TokenBatches(IterableDataset[dict[str, Any]]):
                 "sample_ids": batch.sample_ids.tolist(),
                 "doc_starts": batch.doc_starts,
             }
+            if batch.loss_mask is not None:  # only when the data has one (loss_mask.py)
+                item["loss_mask"] = torch.from_numpy(batch.loss_mask)
+            yield item
             step += workers
 
 
