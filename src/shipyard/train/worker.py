@@ -6,7 +6,8 @@ no attempt ever reads another's leftovers. On start the rank restores the latest
 checkpoint, from its peers' memory when the previous attempt's ranks still hold it, else from
 storage: the newest committed checkpoint whose bytes verify (a corrupt one is marked, and the one
 before it tried), and every rank must have restored the same step. Exit codes: 0 done,
-`EXIT_ANOMALY` after a NaN or loss spike (the step is not applied).
+`EXIT_ANOMALY` after a NaN or loss spike (the step is not applied). What the model is (Shipyard's
+GPT, or a Hugging Face model fine-tuned whole or with LoRA) is its `family`'s business.
 """
 
 import gc
