@@ -154,8 +154,7 @@ class Forwarder:
                     self.metrics.ttft.labels(deployment.name, version.version).observe(ttft)
                     released = True  # the relay releases the replica when the stream ends
                     answered = self.answered(rid, deployment, version, adapter, state, opened)
-                    relay = Relay(self, deployment, version, state, opened, ttft, primary)
-                    relay.answered = answered
+                    relay = Relay(self, deployment, version, state, opened, ttft, primary, answered)
                     return RelayResponse(
                         relay,
                         headers=reply,
@@ -329,13 +328,14 @@ class Relay:
         opened: Opened,
         ttft: float,
         primary: "asyncio.Future[tuple[int, str]]",
+        answered: Answered,
     ) -> None:
         self.forwarder, self.deployment, self.version = forwarder, deployment, version
+        self.answered = answered  # the request log's record, written when the stream ends
         self.state, self.opened, self.ttft, self.primary = state, opened, ttft, primary
         self.text = StreamText() if not primary.done() else None
         self.error = False
         self.finished = False
-        self.answered: Answered | None = None
         self.tail = b""
         self.sse = opened.upstream.headers.get("content-type", "").startswith("text/event-stream")
 
@@ -381,8 +381,7 @@ class Relay:
         status = 599 if self.error else 200  # 599: failed after the 200 was sent
         self.deployment.stats.version(self.version.version).record(self.ttft, error=self.error)
         self.forwarder.count(self.deployment, self.version, status)
-        if self.answered is not None:
-            self.forwarder.write(self.answered, status, _last_usage(self.tail))
+        self.forwarder.write(self.answered, status, _last_usage(self.tail))
         if not self.primary.done():
             self.primary.set_result((status, self.text.text() if self.text else ""))
         await self.opened.upstream.aclose()
