@@ -8,6 +8,7 @@ import pytest
 from fastapi.testclient import TestClient
 from tests.web.conftest import BASE
 
+from shipyard.cli.main import main
 from shipyard.serve.deploy.state import Records
 from shipyard.serve.router.lineage import request_lineage
 from shipyard.serve.router.requestlog import Answered, RequestLog, requests_dir
@@ -75,3 +76,16 @@ def test_the_request_page_shows_the_answers_lineage(
     assert bad.status_code == 400 and "<script>" not in bad.text
     assert bare.get("/api/requests/-x").status_code == 400
     assert bare.get("/api/serving/nope/requests").status_code == 404
+
+
+def test_an_answer_from_a_server_outside_shipyard_has_no_model(
+    bare: TestClient, served: dict[str, str], home: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outside = Answered("ext-1", 1e9, "chat", "external", None, None, "x", 200, None, None, True)
+    RequestLog(requests_dir(home)).append([outside.line()])
+    page = bare.get("/requests/ext-1")
+    assert page.status_code == 200 and "did not name its model artifact" in page.text
+    found = bare.get("/api/requests/ext-1").json()
+    assert found["model"] is None and found["sources"] == found["eval_reports"] == []
+    assert main(["lineage", "request", "ext-1"]) == 0
+    assert "model: unknown" in capsys.readouterr().out
