@@ -129,7 +129,7 @@ def _print_lifecycle(info: dict[str, Any]) -> None:
 
 def _score(line: dict[str, Any]) -> str:
     if line["pending"]:
-        return f"{line['task']} pending ({line['scored']}/{line['items']})"
+        return f"{line['task']} pending ({line['scored']}/{line['total']})"
     if line["mean"] is None:
         return f"{line['task']} -"
     se = "" if line["se"] is None else f" ± {line['se']:.3f}"

@@ -52,8 +52,8 @@ def _line(store: ResultStore, run: dict[str, Any]) -> dict[str, Any]:
 
     found = summarize(store, run)
     done = found["scored"] + found["dead"] >= found["items"]
-    keep = ("task", "mean", "se", "scored", "items", "dead")
-    return {**{k: found[k] for k in keep}, "pending": not done}
+    keep = ("task", "mean", "se", "scored", "dead")
+    return {**{k: found[k] for k in keep}, "total": found["items"], "pending": not done}
 
 
 def _alerts(store: ResultStore, rows: list[dict[str, Any]]) -> list[str]:

@@ -1,4 +1,5 @@
-"""What the console shows about training runs: status, loss, goodput, step times, failures."""
+"""What the console shows about training runs: status, loss, goodput, step times, failures,
+and each checkpoint's evals, gate decision and rollout."""
 
 import csv
 import math
@@ -6,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from shipyard.train import RunTable, report, status
+from shipyard.train.evalview import lifecycle_view
 
 MAX_STEPS_SHOWN = 400  # heatmap columns; longer runs are shown in evenly spaced steps
 MAX_STEP_ROWS = 200_000  # a steps.csv beyond this is read only this far
@@ -18,9 +20,10 @@ def list_runs(table: RunTable) -> list[dict[str, Any]]:
 
 
 def run_detail(table: RunTable, run_id: str) -> dict[str, Any]:
-    """`shipyard train report` plus the loss curve, the step-time heatmap and hang stacks."""
+    """`shipyard train report` plus the loss curve, the step-time heatmap, hang stacks and, when
+    the run evaluates its checkpoints, each one's scores, gate decision and rollout."""
     run = table.get(run_id)
-    info = report(run, table)
+    info = {**report(run, table), **lifecycle_view(table, run)}
     steps = _read_steps(Path(run.run_dir) / "steps.csv")
     info["loss_curve"] = _loss_curve(steps)
     info["heatmap"] = _heatmap(steps)
