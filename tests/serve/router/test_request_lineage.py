@@ -144,6 +144,17 @@ def test_an_answer_names_its_request_and_the_log_leads_to_its_lineage(
     text = "".join(p.read_text() for p in requests_dir(shipyard_home).glob("*.jsonl"))
     assert not any(json.dumps(bad)[1:-1] in text for bad in HOSTILE)
 
+    # The replica applies the same rule to whoever calls it.
+    direct = httpx.post(
+        f"{replica.url}/v1/completions",
+        json={"model": "chat", "prompt": "Hi", "max_tokens": 1},
+        headers={"content-type": "application/json", "x-request-id": "bad id"},
+        timeout=120,
+    )
+    fresh = direct.headers["x-request-id"]
+    assert fresh != "bad id" and well_formed(fresh) and direct.json()["id"] == f"cmpl-{fresh}"
+    assert direct.headers["x-shipyard-artifact"] == chain["model"]
+
     # `shipyard lineage request ID` walks from the answer to the checkpoint, data and report.
     code, out, err = cli(capsys, "lineage", "request", "client-req.1", "--json")
     assert code == 0, err
