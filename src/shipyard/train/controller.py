@@ -213,6 +213,8 @@ class Controller:
     def _watch_stragglers(self, beat: Beat) -> None:
         """Compare the ranks' work times, window by window; not while a spare warms up, taking
         CPU from the ranks beside it (on two cores a healthy replacement read slow)."""
+        if self.run.world_size < 2:
+            return  # a lone rank has no peers to be slower than
         if self.pool.warming():
             self.stragglers.reset()  # judged afresh from the first whole window after
             return

@@ -22,7 +22,7 @@ from shipyard.evals.store import ResultStore
 from shipyard.evals.tasks import get_task
 from shipyard.queue import Queue
 from shipyard.serve.deploy.controller import submit
-from shipyard.serve.deploy.state import Records
+from shipyard.serve.deploy.state import Records, pid_alive
 from shipyard.train.config import TrainConfig
 from shipyard.train.hooks import gate_tasks
 from shipyard.train.state import RunTable, TrainRun
@@ -122,7 +122,7 @@ def judge_ready(
 
 def roll_out(table: RunTable, run: TrainRun) -> bool:
     """Hand the newest passing checkpoint not yet rolled out to the deployment's controller;
-    False while that must wait for a rollout running there."""
+    False while that must wait for a rollout running there (a live controller's)."""
     cfg = TrainConfig.from_dict(run.config)
     passed = [e.detail for e in table.events(run.run_id, "gate") if e.detail["passed"]]
     if not passed:
@@ -134,7 +134,9 @@ def roll_out(table: RunTable, run: TrainRun) -> bool:
     name, records = cfg.deploy.deployment, Records()
     detail: dict[str, Any] = {"step": newest["step"], "model": newest["model"], "deployment": name}
     try:
-        if (records.read(name).get("rollout") or {}).get("status") == "running":
+        record = records.read(name)
+        running = (record.get("rollout") or {}).get("status") == "running"
+        if running and pid_alive(record.get("controller_pid")):
             return False
         detail["command"] = submit(records, name, {"op": "rollout", "to": newest["model"]})
     except ShipyardError as exc:  # no running controller, the deployment removed: said, once
