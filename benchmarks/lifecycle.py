@@ -17,11 +17,10 @@ rolled-out checkpoint: its gate decision â†’ rollout handed to the deployment â†
 
     .venv/bin/python benchmarks/lifecycle.py [--checkpoints 4]
 
-`measure(home)` reads the same figures from any home the loop ran on (the demo's test uses it).
+The figures come from `shipyard.lifecycle_demo.timeline.measure`, which `shipyard demo` prints.
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -33,84 +32,7 @@ from typing import Any
 
 import httpx
 
-CHECKPOINT_PHASES = (
-    "commit_to_published",
-    "published_to_enqueued",
-    "enqueued_to_claimed",
-    "eval_work",
-    "commit_to_result",
-)
-
-
-def _queue_times(db: Any, model: str) -> tuple[float, float] | None:
-    """(first claim, last finish) of the model's eval queue items; None while unfinished."""
-    from shipyard.evals.runner import queue_name
-
-    rows = db.rows(
-        "SELECT MIN(a.claimed_at), MAX(i.finished_at), SUM(CASE WHEN i.finished_at IS NULL "
-        "THEN 1 ELSE 0 END) FROM queue_items i JOIN queue_attempts a ON a.item_id = i.id "
-        "WHERE i.queue = ?",
-        (queue_name(model),),
-    )
-    claimed, finished, open_items = rows[0]
-    if claimed is None or finished is None or open_items:
-        return None
-    return float(claimed), float(finished)
-
-
-def measure(home: Path, run_id: str) -> dict[str, Any]:
-    """Per-checkpoint eval latencies and the promotion's phases of run `run_id` under `home`."""
-    from shipyard.train.state import RunTable
-
-    table = RunTable()
-    try:
-        run = table.get(run_id)
-        events: dict[str, list[dict[str, Any]]] = {}
-        for event in table.events(run_id):
-            events.setdefault(event.kind, []).append({**event.detail, "at": event.at})
-        checkpoints = []
-        for enq in sorted(events.get("evals-enqueued", []), key=lambda d: int(d["step"])):
-            step = int(enq["step"])
-            manifest = Path(run.run_dir, "checkpoints", f"step-{step:010d}", "manifest.json")
-            published = [e for e in events.get("checkpoint-published", []) if e["step"] == step]
-            times = _queue_times(table.db, str(enq["model"]))
-            if not (manifest.exists() and published and times):
-                continue
-            committed = manifest.stat().st_mtime
-            checkpoints.append(
-                {
-                    "step": step,
-                    "commit_to_published": published[0]["at"] - committed,
-                    "published_to_enqueued": enq["at"] - published[0]["at"],
-                    "enqueued_to_claimed": times[0] - enq["at"],
-                    "eval_work": times[1] - times[0],
-                    "commit_to_result": times[1] - committed,
-                }
-            )
-    finally:
-        table.close()
-    return {"checkpoints": checkpoints, "promotion": _promotion(home, events)}
-
-
-def _promotion(home: Path, events: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    rolled = [e for e in events.get("rollout", []) if e.get("command")]
-    if not rolled:
-        return {}
-    rollout = rolled[-1]
-    gate = next(g for g in events["gate"] if g["step"] == rollout["step"])
-    log = home / "serve" / "deployments" / f"{rollout['deployment']}.decisions.jsonl"
-    decisions = [json.loads(line) for line in log.read_text().splitlines() if line.strip()]
-    canary = [d for d in decisions if d.get("kind") == "canary" and d.get("to") == rollout["model"]]
-    began = next(d["time"] for d in canary if d["action"] == "begin")
-    promoted = next(d["time"] for d in canary if d["action"] == "promote")
-    return {
-        "gate_to_handed": rollout["at"] - gate["at"],
-        "handed_to_canary_began": began - rollout["at"],
-        "canary_began_to_promoted": promoted - began,
-        "promoted_at": promoted,
-        "gate_at": gate["at"],
-        "version": str(rollout["model"])[:12],
-    }
+from shipyard.lifecycle_demo.timeline import CHECKPOINT_PHASES, measure
 
 
 class Watcher:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from tests.conftest import run_cli
 
+from shipyard.lifecycle_demo.timeline import CHECKPOINT_PHASES, measure
 from shipyard.workspace import Workspace
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
@@ -23,8 +24,7 @@ PHASES = (
     "crawl → tokens",
     "base model",
     "deploy",
-    "train → evals → gate",
-    "canary",
+    "train → evals → gate → canary",
     "P2P pull",
     "request",
     "total",
@@ -116,14 +116,16 @@ def test_the_lifecycle_benchmark_measures_the_demo_s_loop(
     run_id = re.search(r"^train +(run-[0-9a-f]+):", result.stdout, re.M)
     assert run_id is not None
     monkeypatch.setenv("SHIPYARD_HOME", str(home))
-    figures = lifecycle.measure(home, run_id.group(1))
+    figures = measure(home, run_id.group(1))
     rows = figures["checkpoints"]
     assert rows, figures
     for row in rows:
-        parts = sum(row[k] for k in lifecycle.CHECKPOINT_PHASES[:-1])
+        parts = sum(row[k] for k in CHECKPOINT_PHASES[:-1])
         assert row["commit_to_result"] == pytest.approx(parts)
-        assert all(row[k] >= 0 for k in lifecycle.CHECKPOINT_PHASES)
+        assert all(row[k] >= 0 for k in CHECKPOINT_PHASES)
     promotion = figures["promotion"]
     assert promotion["version"] in result.stdout.split("answered by ")[-1]
     assert promotion["gate_to_handed"] >= 0 and promotion["canary_began_to_promoted"] >= 0
-    assert any("p50 ratio" in line for line in lifecycle.report(figures, None))
+    lines = lifecycle.report(figures, promotion["promoted_at"] + 1.0)
+    assert any("p50 ratio" in line for line in lines)
+    assert any(line.split()[:1] == ["promoted_to_answering"] for line in lines)

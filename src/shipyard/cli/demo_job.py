@@ -13,9 +13,11 @@ no SFT data, no fine-tune, and a plain completion instead of a chat request.
 """
 
 import dataclasses
+import statistics
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from shipyard.data.demo import crawl_sft, crawl_to_tokens
 from shipyard.distribute.local import pull_to_local_peers
@@ -23,9 +25,13 @@ from shipyard.errors import ShipyardError
 from shipyard.home import shipyard_home
 from shipyard.lifecycle_demo import models
 from shipyard.lifecycle_demo.clock import PhaseClock
+from shipyard.lifecycle_demo.timeline import measure
 from shipyard.train.config import TrainConfig
 from shipyard.train.demo import demo_config, finetune_config, train_demo
 from shipyard.workspace import Workspace
+
+if TYPE_CHECKING:
+    from shipyard.lifecycle_demo.loop import Outcome
 
 DEMO_ALIAS = "demo-model"  # the model the demo's deployment serves
 DEPLOYMENT = "demo"
@@ -38,6 +44,20 @@ def hooked(cfg: TrainConfig, task: str) -> TrainConfig:
     evals = dataclasses.replace(cfg.evals, fast=(task,))
     deploy = dataclasses.replace(cfg.deploy, deployment=DEPLOYMENT, max_drop=0.05)
     return dataclasses.replace(cfg, evals=evals, deploy=deploy)
+
+
+def _loop_outcome(home: Path, outcome: "Outcome") -> str:
+    """The training phase's summary: its checkpoints' way to an eval result, the promotion."""
+    figures = measure(home, outcome.run_id)
+    latencies = [row["commit_to_result"] for row in figures["checkpoints"]]
+    evals = f"{len(outcome.checkpoints)} checkpoints evaluated"
+    if latencies:
+        evals += f" ({statistics.median(latencies):.0f} s from commit to result, p50)"
+    promotion = figures["promotion"]
+    promoted = f"{outcome.rolled_out[:12]} promoted"
+    if promotion:
+        promoted += f" {promotion['promoted_at'] - promotion['gate_at']:.0f} s after its gate"
+    return f"{outcome.run_id}, rank 1 killed; {evals}, {outcome.passed} passed; {promoted}"
 
 
 def _pull(ws: Workspace, artifact: str, root: Path) -> str:
@@ -93,16 +113,11 @@ def run_demo(seed: int, quick: bool = False) -> None:
                     sft = crawl_sft(ws, base)
                     done.append(f"dataset {sft[:16]} (demo-sft) from the crawl's text")
                 cfg = hooked(finetune_config(base, sft, seed), task)
-            with clock.phase("train → evals → gate") as done:
+            with clock.phase("train → evals → gate → canary") as done:
                 outcome = train_and_roll_out(cfg, 2, print)
-                evaluated = f"{len(outcome.checkpoints)} checkpoints evaluated"
-                done.append(
-                    f"{outcome.run_id}, rank 1 killed, {evaluated}, {outcome.passed} passed"
-                )
-            with clock.phase("canary") as done:
                 if not outcome.rolled_out:
                     raise ShipyardError(f"nothing was rolled out: {outcome.rollout}")
-                done.append(f"{outcome.rolled_out[:16]}: {outcome.rollout}")
+                done.append(_loop_outcome(home, outcome))
             served = outcome.rolled_out
             with clock.phase("P2P pull") as done:
                 done.append(_pull(ws, served, work / "peers"))

@@ -53,16 +53,16 @@ def demo_config(ws: Workspace, token_ids: list[str], seed: int = 0) -> TrainConf
 
 
 def finetune_config(base: str, sft: str, seed: int = 0) -> TrainConfig:
-    """A short LoRA fine-tune of the HF model `base` on the SFT dataset `sft`: 2 ranks, 12
-    steps, a checkpoint every 6, rank 1 killed at step 8."""
+    """A short LoRA fine-tune of the HF model `base` on the SFT dataset `sft`: 2 ranks, 8
+    steps of 4 sequences of 128 tokens, a checkpoint every 4, rank 1 killed at step 6."""
     return TrainConfig.from_dict(
         {
             "data": {"artifact": sft, "global_batch": 4, "seed": seed},
-            "model": {"kind": "hf", "source": base, "seq_len": 256},
+            "model": {"kind": "hf", "source": base, "seq_len": 128},
             "lora": {"rank": 8, "alpha": 16.0, "targets": ["q_proj", "v_proj"]},
             "optim": {"lr": 1e-3},
-            "train": {"steps": 12, "checkpoint_every": 6, "seed": seed},
-            "chaos": {"faults": [{"kind": "kill", "rank": 1, "step": 8}]},
+            "train": {"steps": 8, "checkpoint_every": 4, "seed": seed},
+            "chaos": {"faults": [{"kind": "kill", "rank": 1, "step": 6}]},
             "controller": {"spares": 1},
             "alias": DEMO_TUNED,
         }
