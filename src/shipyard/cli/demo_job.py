@@ -130,6 +130,7 @@ def run_demo(seed: int, quick: bool = False) -> None:
             for line in answer_lineage(ws, home, answer.request_id):
                 print("  " + line)
     finally:  # the phases so far, also when one failed
+        ws.close()
         print()
         for line in clock.summary():
             print(line)
