@@ -32,7 +32,8 @@ KEY = new_key()
 
 def write_gate_task(workspace: Workspace, model_id: str, path: Path) -> Path:
     """A JSONL multiple-choice task whose answers are `model_id`'s own best choices, as the eval
-    platform scores them (a draft with every answer 0 is run on it first)."""
+    platform scores them (a draft with every answer 0 is run on it first), and the model's run
+    of it, done: the rollouts' gates evaluate only their candidates."""
 
     def write(answers: list[int]) -> None:
         lines = [json.dumps({"task": {"name": "canary-gate", "kind": "mc"}})]
@@ -47,10 +48,12 @@ def write_gate_task(workspace: Workspace, model_id: str, path: Path) -> Path:
         (planned,) = plan(queue, model_id, [f"jsonl:{path}"])
         work(queue, workspace, model_id)
         outputs = ResultStore(queue.db).outputs(planned.run_key)
+        logprobs = [outputs[f"q{n}"]["logprobs"] for n in range(len(PROMPTS))]
+        write([max(range(len(CHOICES)), key=lambda i: lp[i]) for lp in logprobs])
+        plan(queue, model_id, [f"jsonl:{path}"])
+        work(queue, workspace, model_id)
     finally:
         queue.close()
-    logprobs = [outputs[f"q{n}"]["logprobs"] for n in range(len(PROMPTS))]
-    write([max(range(len(CHOICES)), key=lambda i: lp[i]) for lp in logprobs])
     return path
 
 
@@ -96,6 +99,9 @@ api_keys: ["{hash_key(KEY)}"]
         assert workspace.catalog.get_alias("tiny") == tiny_model.id  # the alias did not move
         assert ctrl.replicas[ctrl.current][0].pid == current_pid  # stayed warm throughout
         assert broken.id[:12] not in ctrl.replicas  # the candidate's replicas are gone
+        logs = shipyard_home / "serve/logs"
+        assert (logs / f"eval-{broken.id[:12]}.log").exists()  # an eval worker for it ran
+        assert not (logs / f"eval-{tiny_model.id[:12]}.log").exists()  # evaluated before
         assert complete(router, PROMPTS[0], key=KEY).json()["choices"][0]["text"] == answers[0]
         # The gate's runs are the eval platform's: in its store, as `shipyard eval report` shows
         queue = open_queue()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from shipyard import children
 from shipyard.db import database_url, open_database
-from shipyard.errors import InvalidInput, ShipyardError
+from shipyard.errors import InvalidInput, NotFound, ShipyardError
 from shipyard.evals.gate import GateDecision, judge, pending, plan_gate, rescore
 from shipyard.evals.store import ResultStore
 from shipyard.queue import Queue
@@ -32,14 +32,22 @@ class GateRun:
         self.decision: GateDecision | None = None
         self.workers: dict[str, subprocess.Popen[bytes]] = {}
         try:
-            plan_gate(self.queue, [candidate, baseline], gate.tasks)
-        except ShipyardError as exc:  # a task file gone or changed since the spec was read
+            self._start(home, logs)
+        except BaseException:
+            self.stop()
             self.queue.close()
+            raise
+
+    def _start(self, home: Path, logs: Path) -> None:
+        models = list(dict.fromkeys([self.candidate, self.baseline]))
+        try:
+            plan_gate(self.queue, models, self.gate.tasks)
+        except (InvalidInput, NotFound) as exc:  # a task file gone or broken since the spec
             raise InvalidInput(f"eval_gate.tasks: {exc}") from None
         ensure_private_dir(logs)
         env = {**os.environ, "SHIPYARD_HOME": str(home), "OMP_NUM_THREADS": "1"}
         env.update(MKL_NUM_THREADS="1", HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        for model in dict.fromkeys([candidate, baseline]):
+        for model in models:
             if pending(self.queue, model):
                 with (logs / f"eval-{model[:12]}.log").open("ab") as log:
                     argv = [sys.executable, "-m", "shipyard.evals.worker", model]
@@ -75,3 +83,4 @@ class GateRun:
         """End the workers still running (a rollout stopped early, the controller closing)."""
         for proc in self.workers.values():
             children.stop(proc)
+        self.workers.clear()

@@ -44,7 +44,7 @@ def begin(ctrl: Controller, ref: str, now: float | None = None) -> Rollout:
     count = ctrl.spec.canary.replicas or max(1, ctrl.count())
     try:
         ctrl.grow(version, count - ctrl.count(version))
-        if ctrl.count() == 0:  # scaled to zero: a rollback needs a current replica
+        if ctrl.count() == 0:  # scaled to zero: the current version's share needs a replica
             ctrl.grow(ctrl.current, 1)
     except ShipyardError:
         ctrl.drop(version)  # a candidate that cannot start leaves nothing running
