@@ -50,14 +50,14 @@ def _loop_outcome(home: Path, outcome: "Outcome") -> str:
     """The training phase's summary: its checkpoints' way to an eval result, the promotion."""
     figures = measure(home, outcome.run_id)
     latencies = [row["commit_to_result"] for row in figures["checkpoints"]]
-    evals = f"{len(outcome.checkpoints)} checkpoints evaluated"
+    said = f"{outcome.run_id}: {outcome.passed}/{len(outcome.checkpoints)} checkpoints passed"
     if latencies:
-        evals += f" ({statistics.median(latencies):.0f} s from commit to result, p50)"
+        said += f", result p50 {statistics.median(latencies):.0f} s after commit"
+    said += f"; {outcome.rolled_out[:12]} live"
     promotion = figures["promotion"]
-    promoted = f"{outcome.rolled_out[:12]} promoted"
     if promotion:
-        promoted += f" {promotion['promoted_at'] - promotion['gate_at']:.0f} s after its gate"
-    return f"{outcome.run_id}, rank 1 killed; {evals}, {outcome.passed} passed; {promoted}"
+        said += f" {promotion['promoted_at'] - promotion['gate_at']:.0f} s after its gate"
+    return said
 
 
 def _pull(ws: Workspace, artifact: str, root: Path) -> str:

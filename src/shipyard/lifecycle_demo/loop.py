@@ -88,6 +88,7 @@ def train_and_roll_out(cfg: TrainConfig, nprocs: int, say: Callable[[str], None]
     last = rollouts[-1]
     result = _wait_rollout(str(last["deployment"]), str(last["command"]), say)
     promoted = str(last["model"]) if result.get("state") == "done" else ""
+    say(f"canary    {str(last['model'])[:12]}: {result.get('message', '')}")
     return Outcome(run_id, lines, passed, promoted, str(result.get("message", "")))
 
 
