@@ -39,7 +39,13 @@ def measure(shape: dict[str, int], repeat: int, folder: Path) -> dict[str, float
     from shipyard.rl.tasks import encode
     from shipyard.train.config import ModelConfig
 
-    cfg = ModelConfig(vocab_size=98, **shape)
+    cfg = ModelConfig(
+        vocab_size=98,
+        d_model=shape["d_model"],
+        n_layers=shape["n_layers"],
+        n_heads=shape["n_heads"],
+        seq_len=shape["seq_len"],
+    )
     path = folder / "policy.safetensors"
     save_weights(build(cfg, 1), path)
     rows = [prompt_row(encode(f"{k}+{k}=")) for k in range(8)]
