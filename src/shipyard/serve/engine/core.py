@@ -340,13 +340,19 @@ class Engine:
         contexts: dict[tuple[str, tuple[int, ...]], _Context] = {}
         if self._context is not None:
             contexts[self._context.key] = self._context
+        short: dict[tuple[str, tuple[int, ...]], ScoreRequest] = {}
         for r in requests:
             key = (r.adapter or "", tuple(r.context_ids))
-            if key in contexts:
+            if key in contexts or key in short:
                 self._count_prompt(len(r.context_ids), len(r.context_ids))
+            elif len(r.context_ids) <= self.config.prefill_chunk:
+                short[key] = r  # short contexts run together, without the prefix cache
             else:
                 contexts[key] = self._run_context(key[0], r.context_ids, r.adapter)
-            self._context = contexts[key]
+        if short:
+            contexts |= self._run_contexts(list(short.values()))
+        last = requests[-1]
+        self._context = contexts[(last.adapter or "", tuple(last.context_ids))]
         rest: dict[int, torch.Tensor] = {}
         longer = [r for r in requests if len(r.continuation_ids) > 1]
         width = self.config.prefill_chunk
@@ -396,6 +402,37 @@ class Engine:
             logits_to_keep=width,
         )
         return {r.id: out.logits[n, : len(r.continuation_ids) - 1] for n, r in enumerate(requests)}
+
+    def _run_contexts(
+        self, requests: list[ScoreRequest]
+    ) -> dict[tuple[str, tuple[int, ...]], _Context]:
+        """Distinct short contexts in one right-padded forward (padding after every real token
+        changes none); each row's KV is its own first columns."""
+        width = max(len(r.context_ids) for r in requests)
+        ids = torch.zeros((len(requests), width), dtype=torch.long)
+        real = torch.zeros((len(requests), width), dtype=torch.long)
+        for n, r in enumerate(requests):
+            ids[n, : len(r.context_ids)] = torch.tensor(r.context_ids, dtype=torch.long)
+            real[n, : len(r.context_ids)] = 1
+        ends = sorted({len(r.context_ids) - 1 for r in requests})  # positions that need logits
+        cache = DynamicCache()
+        out = self._forward(
+            ids,
+            cache,
+            [r.adapter for r in requests],
+            attention_mask=real,
+            position_ids=torch.arange(width, dtype=torch.long)[None, :].repeat(len(requests), 1),
+            logits_to_keep=torch.tensor(ends, dtype=torch.long),
+        )
+        layers = layers_of(cache)
+        made = {}
+        for n, r in enumerate(requests):
+            size, key = len(r.context_ids), (r.adapter or "", tuple(r.context_ids))
+            own = [(k[n : n + 1, :, :size], v[n : n + 1, :, :size]) for k, v in layers]
+            self.prefix.insert(key[0], r.context_ids, own)
+            self._count_prompt(size, 0)
+            made[key] = _Context(key, own, out.logits[n, ends.index(size - 1)][None])
+        return made
 
     def _run_context(self, namespace: str, context: list[int], adapter: str | None) -> "_Context":
         hit = self.prefix.lookup(namespace, context)  # leaves the context's last token to run
