@@ -13,7 +13,8 @@ model, items queued) → first item claimed (the eval worker up) → last item s
 over the checkpoints. The ratio printed beside it is the whole latency over the eval's own work
 (first claim to last score): what the loop costs around the evaluation itself. Then for the
 rolled-out checkpoint: its gate decision → rollout handed to the deployment → canary begun
-(candidate replica up) → promoted → first answer by the new version through the router.
+(candidate replica up) → promoted → the first answer through the router after the promotion
+(by the new version: the canary's stages before it send it some traffic already).
 
     .venv/bin/python benchmarks/lifecycle.py [--checkpoints 4]
 
@@ -36,10 +37,10 @@ from shipyard.lifecycle_demo.timeline import CHECKPOINT_PHASES, measure
 
 
 class Watcher:
-    """Asks the router which version answers, every 0.25 s, and keeps when each first did."""
+    """Asks the router which version answers, every 0.25 s, and keeps each answer's time."""
 
     def __init__(self, router: str, model: str) -> None:
-        self.first: dict[str, float] = {}
+        self.seen: list[tuple[float, str]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, args=(router, model), daemon=True)
         self.thread.start()
@@ -53,15 +54,15 @@ class Watcher:
                 continue
             version = reply.headers.get("x-shipyard-version", "")
             if reply.status_code == 200 and version:
-                self.first.setdefault(version, time.time())
+                self.seen.append((time.time(), version))
 
     def close(self) -> None:
         self.stop.set()
         self.thread.join()
 
 
-def run_loop(home: Path, checkpoints: int) -> tuple[str, dict[str, float]]:
-    """The loop on `home`; the run id and when each version first answered."""
+def run_loop(home: Path, checkpoints: int) -> tuple[str, list[tuple[float, str]]]:
+    """The loop on `home`; the run id and the watcher's (time, version) answers."""
     import dataclasses
 
     from shipyard.cli.demo_job import DEMO_ALIAS, DEPLOYMENT, hooked
@@ -73,7 +74,6 @@ def run_loop(home: Path, checkpoints: int) -> tuple[str, dict[str, float]]:
     from shipyard.workspace import Workspace
 
     ws = Workspace.open()
-    quiet = lambda line: None  # noqa: E731
     with tempfile.TemporaryDirectory(prefix="shipyard-bench-") as tmp:
         tokens = crawl_to_tokens(ws)
         cfg = demo_config(ws, tokens)
@@ -89,14 +89,15 @@ def run_loop(home: Path, checkpoints: int) -> tuple[str, dict[str, float]]:
         with deployment(home, DEPLOYMENT, DEMO_ALIAS) as (router, _):
             watcher = Watcher(router, DEPLOYMENT)
             try:
-                outcome = train_and_roll_out(hooked(cfg, demo_task(home)), 2, quiet)
+                outcome = train_and_roll_out(hooked(cfg, demo_task(home)), 2, lambda line: None)
                 deadline = time.monotonic() + 120
-                while outcome.rolled_out[:12] not in watcher.first and time.monotonic() < deadline:
+                ended = time.time()  # the rollout is over: wait for one answer after it
+                while not any(t > ended for t, _ in watcher.seen) and time.monotonic() < deadline:
                     time.sleep(0.1)
             finally:
                 watcher.close()
     ws.close()
-    return outcome.run_id, watcher.first
+    return outcome.run_id, watcher.seen
 
 
 def report(figures: dict[str, Any], answered: float | None) -> list[str]:
@@ -131,9 +132,17 @@ def main() -> int:
         os.environ.update(SHIPYARD_HOME=str(home), OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         for key in ("SHIPYARD_STORE", "SHIPYARD_CATALOG"):
             os.environ.pop(key, None)
-        run_id, first = run_loop(home, args.checkpoints)
+        run_id, seen = run_loop(home, args.checkpoints)
         figures = measure(home, run_id)
-        answered = first.get(figures["promotion"].get("version", ""))
+        promotion = figures["promotion"]
+        answered = min(
+            (
+                t
+                for t, v in seen
+                if promotion and v == promotion["version"] and t >= promotion["promoted_at"]
+            ),
+            default=None,
+        )
         for line in report(figures, answered):
             print(line)
     return 0
