@@ -1,4 +1,4 @@
-"""`shipyard demo`: the main job on embedded defaults (see `demo_job`).
+"""`shipyard demo`: the model lifecycle loop on embedded defaults (see `demo_job`).
 
 The job imports the data pipeline, trainer and swarm, so it is imported in the handler, not at
 start-up: every other command, the peer daemon among them, stays fast to start.
@@ -10,14 +10,14 @@ from shipyard.cli.argtypes import seed
 
 
 def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    demo = subparsers.add_parser("demo", help="run Shipyard's main job on embedded defaults")
+    demo = subparsers.add_parser("demo", help="run the model lifecycle loop on embedded defaults")
     demo.add_argument(
         "--seed", type=seed, default=0, help="seed of the generated data and training (default 0)"
     )
     demo.add_argument(
         "--quick",
         action="store_true",
-        help="serve the crawl-trained GPT instead of SmolLM2 and skip the fine-tune (docs/demo.md)",
+        help="the loop on the small GPT, not SmolLM2: no SFT data, no fine-tune (docs/demo.md)",
     )
     demo.set_defaults(func=_demo)
 
