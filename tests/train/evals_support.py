@@ -1,12 +1,18 @@
 """Helpers for the lifecycle tests: a tiny GPT run's data with its tokenizer, and an MC task."""
 
 import json
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from shipyard.evals.runner import queue_name
+from shipyard.evals.scoring import score
+from shipyard.evals.store import ResultStore, judge_version
+from shipyard.evals.tasks import get_task
 from shipyard.loader import TokenDatasetWriter
+from shipyard.queue import Queue
 from shipyard.train import TrainConfig
 from shipyard.workspace import Workspace
 
@@ -47,3 +53,24 @@ def gpt_config(data: str, **sections: dict[str, Any]) -> TrainConfig:
     for name, fields in sections.items():
         raw[name] = {**raw.get(name, {}), **fields}
     return TrainConfig.from_dict(raw)
+
+
+def answer_all(queue: Queue, model: str, ref: str, right: bool) -> None:
+    """Work the model's planned queue as an eval worker would, with every item answered right
+    (or every one wrong), without running a model."""
+    task = get_task(ref)
+    items = {i.id: i for i in task.load()}
+    for q in queue.claim(queue_name(model), n=100, lease=60):
+        item = items[q.payload["item"]]
+        target = int(item.target)
+        logprobs = [0.0] * len(item.choices)
+        logprobs[(target + 1) % len(item.choices) if right else target] = -5.0
+        output: dict[str, Any] = {"logprobs": logprobs, "greedy": [False] * len(item.choices)}
+        result = score(task, item, output)
+        row = (q.payload["run"], judge_version(task), item.id, None, output, result)
+        effect = partial(_record, row)
+        queue.complete(q.id, q.token, {"outcome": result.outcome}, effect=effect)
+
+
+def _record(row: tuple[Any, ...], db: Any) -> None:
+    ResultStore.record(db, *row)

@@ -4,42 +4,17 @@ its gate decision and rollout, and the regression alert over consecutive checkpo
 The results are stored as eval workers store them (a queue completion whose effect writes the
 score), and the run's lifecycle events as its agent records them; no model runs here."""
 
-from functools import partial
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from fastapi.testclient import TestClient
 
-from shipyard.evals.runner import plan, queue_name
-from shipyard.evals.scoring import score
-from shipyard.evals.store import ResultStore, judge_version
-from shipyard.evals.tasks import get_task
+from shipyard.evals.runner import plan
 from shipyard.loader import TokenDatasetWriter
-from shipyard.queue import Queue, open_queue
+from shipyard.queue import open_queue
 from shipyard.train import RunTable, TrainConfig, create_run
 
-from ..train.evals_support import mc_task
-
-
-def _answer(queue: Queue, model: str, ref: str, right: bool) -> None:
-    """Work the model's queue with every item answered right (or every one wrong)."""
-    task = get_task(ref)
-    items = {i.id: i for i in task.load()}
-    for q in queue.claim(queue_name(model), n=100, lease=60):
-        item = items[q.payload["item"]]
-        target = int(item.target)
-        logprobs = [0.0] * len(item.choices)
-        logprobs[(target + 1) % len(item.choices) if right else target] = -5.0
-        output: dict[str, Any] = {"logprobs": logprobs, "greedy": [False] * len(item.choices)}
-        result = score(task, item, output)
-        row = (q.payload["run"], judge_version(task), item.id, None, output, result)
-        effect = partial(_record, row)
-        queue.complete(q.id, q.token, {"outcome": result.outcome}, effect=effect)
-
-
-def _record(row: tuple[Any, ...], db: Any) -> None:
-    ResultStore.record(db, *row)
+from ..train.evals_support import answer_all, mc_task
 
 
 def test_run_page_shows_scores_pending_gate_rollout_and_alert(
@@ -59,7 +34,7 @@ def test_run_page_shows_scores_pending_gate_rollout_and_alert(
             model = f"{step:064x}"
             plan(queue, model, [ref])
             if right is not None:
-                _answer(queue, model, ref, right)
+                answer_all(queue, model, ref, right)
             table.event(run_id, "checkpoint-published", step=step, checkpoint=f"c{step}")
             table.event(run_id, "evals-enqueued", step=step, checkpoint=f"c{step}", model=model,
                         tasks=[ref])  # fmt: skip
